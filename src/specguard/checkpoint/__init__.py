@@ -1,0 +1,1 @@
+"""Checkpoint sources, header parsing and validation, index handling."""

@@ -1,0 +1,79 @@
+"""A quantization scheme is data: format, convention, group size, scale dtype.
+
+The same vocabulary is used for what is stored on disk, what a config
+declares and what an engine builds, so the three compare with ``==`` on
+``format`` (and ``group_size`` where it matters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Format names (the field's words). "ambiguous" means the header alone cannot
+# decide (e.g. a U8 scale that may hold E8M0 or E4M3 bytes); "unknown" carries
+# a reason.
+BF16 = "bf16"
+FP16 = "fp16"
+FP32 = "fp32"
+FP8_TENSOR = "fp8_tensor"
+FP8_CHANNEL = "fp8_channel"
+FP8_BLOCK = "fp8_block"
+NVFP4 = "nvfp4"
+MXFP4 = "mxfp4"
+MXFP8 = "mxfp8"
+INT4_GROUP = "int4_group"
+INT8_GROUP = "int8_group"
+INT8_CHANNEL = "int8_channel"
+UNKNOWN = "unknown"
+AMBIGUOUS = "ambiguous"
+
+UNQUANTIZED = frozenset({BF16, FP16, FP32})
+FORMATS = (
+    BF16, FP16, FP32, FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4, MXFP8,
+    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, UNKNOWN, AMBIGUOUS,
+)
+
+# Conventions: who wrote the tensors, which decides names and scale meaning.
+MODELOPT = "modelopt"  # weight/weight_scale/weight_scale_2/input_scale
+COMPRESSED_TENSORS = "compressed-tensors"  # weight_packed/weight_global_scale (reciprocal)
+DEEPSEEK = "deepseek"  # bare `.scale` (V4 native) or weight_scale_inv (V3)
+GPT_OSS = "gpt-oss"  # *_blocks / *_scales
+GPTQ = "gptq"
+AWQ = "awq"
+PLAIN = "plain"  # unquantized
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one module's weight is stored (or declared, or built)."""
+
+    format: str
+    convention: str | None = None
+    group_size: int | None = None  # elements per scale along the reduction dim
+    block: tuple[int, int] | None = None  # 2-D block for fp8_block
+    scale_dtype: str | None = None  # safetensors dtype of the block/group scale
+    weight_dtype: str | None = None  # safetensors dtype of the stored weight
+    pack_axis: int | None = None  # int group formats: axis the ints are packed along
+    reason: str | None = None  # why unknown/ambiguous, or a note
+
+    @property
+    def quantized(self) -> bool:
+        return self.format not in UNQUANTIZED
+
+    def short(self) -> str:
+        """Compact human label, e.g. ``nvfp4 (modelopt, g16)``."""
+        parts: list[str] = []
+        if self.convention and self.convention != PLAIN:
+            parts.append(self.convention)
+        if self.scale_dtype and self.format in (MXFP4, MXFP8, FP8_BLOCK, AMBIGUOUS):
+            parts.append(self.scale_dtype.lower())
+        if self.block:
+            parts.append(f"{self.block[0]}x{self.block[1]}")
+        elif self.group_size:
+            parts.append(f"g{self.group_size}")
+        label = self.format
+        return f"{label} ({', '.join(parts)})" if parts else label
+
+    def same_format(self, other: Scheme | None) -> bool:
+        """True when an engine method for ``other`` can read this storage."""
+        return other is not None and self.format == other.format
