@@ -1,0 +1,192 @@
+"""Checkpoint sources: a local directory or file, the HF cache, or remote headers.
+
+The result is one immutable ``Checkpoint``: every tensor's header entry, which
+shard holds it, and the configs. Nothing here reads tensor data except
+``Checkpoint.read``, which content rules call for scale tensors only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specguard.checkpoint.dtypes import NUMPY
+from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.header import FileHeader, TensorInfo, read_header
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+CONFIGS = ("config.json", "hf_quant_config.json")
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+Progress = Callable[[int, int], None]  # (files done, files total)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Headers and configs of one checkpoint; tensor bytes stay on disk."""
+
+    name: str  # what the user asked for (path or repo id)
+    root: Path | None  # local directory holding the files (None when remote)
+    files: tuple[str, ...]  # shard names relative to root, in read order
+    tensors: Mapping[str, TensorInfo]
+    config: Mapping[str, object] | None = None
+    hf_quant_config: Mapping[str, object] | None = None
+    remote: bool = False
+    bytes_read: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def read(self, name: str) -> np.ndarray:
+        """The bytes of one tensor as a numpy array of its dtype (sub-byte types as U8)."""
+        raw = self.read_bytes(name)
+        t = self.tensors[name]
+        dtype = NUMPY.get(t.dtype)
+        if dtype is None:  # F4 / F6: packed, no numpy element type
+            return np.frombuffer(raw, np.uint8)
+        return np.frombuffer(raw, dtype).reshape(t.shape)
+
+    def read_bytes(self, name: str) -> bytes:
+        t = self.tensors[name]
+        if self.root is None:
+            raise CheckpointError(f"{self.name} [{name}]", "tensor bytes are not read from a remote checkpoint")
+        with open(self.root / t.file, "rb") as f:
+            f.seek(t.offsets[0])
+            raw = f.read(t.nbytes)
+        if len(raw) != t.nbytes:
+            raise CheckpointError(f"{t.file} [{name}]", f"truncated: {len(raw)} of {t.nbytes} bytes")
+        self.bytes_read[0] += len(raw)
+        return raw
+
+
+def open_checkpoint(
+    source: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    remote: bool = False,
+    progress: Progress | None = None,
+) -> Checkpoint:
+    """Open a local path, a HF repo id from the local cache, or (``remote``) its headers."""
+    path = Path(source)
+    if path.exists():
+        return _open_local(path, str(source), progress)
+    if not _REPO_ID.match(str(source)):
+        raise CheckpointError(str(source), "no such file or directory")
+    if remote:
+        from specguard.checkpoint.remote import open_remote
+
+        return open_remote(str(source), revision)
+    return _open_local(_from_hf_cache(str(source), revision), str(source), progress)
+
+
+def _open_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
+    if path.is_file():
+        header = read_header(path, path.name)
+        return Checkpoint(name, path.parent, (path.name,), header.tensors)
+    root = path
+    files, weight_map = _shard_list(root)
+    headers: list[FileHeader] = []
+    for i, f in enumerate(files):
+        headers.append(read_header(root / f, f))
+        if progress:
+            progress(i + 1, len(files))
+    tensors = _merge(headers, weight_map)
+    return Checkpoint(
+        name, root, tuple(files), tensors, _json_file(root, "config.json"),
+        _json_file(root, "hf_quant_config.json"),
+    )
+
+
+def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None]:
+    """Shards to read and the index's weight_map (None without an index)."""
+    if (root / INDEX).exists():
+        index = _json_file(root, INDEX)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise CheckpointError(f"{root / INDEX}", "weight_map must map tensor names to shard file names")
+        files = sorted(set(weight_map.values()))
+        for f in files:
+            _check_inside(root, f)
+        return files, weight_map
+    if (root / SINGLE).is_file():
+        return [SINGLE], None
+    files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
+    if not files:
+        raise CheckpointError(str(root), "no model.safetensors.index.json and no *.safetensors file")
+    return files, None
+
+
+def _check_inside(root: Path, shard: str) -> None:
+    """A shard name must stay inside the checkpoint directory (hostile indexes)."""
+    where = f"{root / INDEX} [{shard}]"
+    if os.path.isabs(shard) or ".." in Path(shard).parts or "\\" in shard:
+        raise CheckpointError(where, "shard path escapes the checkpoint directory")
+    real_root = root.resolve()
+    real = (root / shard).resolve()
+    if not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real):
+        raise CheckpointError(where, "shard is a symlink that escapes the checkpoint directory")
+    if not real.is_file():
+        raise CheckpointError(where, "shard named by the index does not exist")
+
+
+def _is_hf_blob(root: Path, real: Path) -> bool:
+    """HF cache snapshots are symlinks into the repo's own ``blobs/`` folder: allowed."""
+    if root.parent.name != "snapshots":
+        return False
+    return real.is_relative_to(root.parent.parent / "blobs")
+
+
+def _merge(headers: list[FileHeader], weight_map: dict[str, str] | None) -> dict[str, TensorInfo]:
+    tensors: dict[str, TensorInfo] = {}
+    for h in headers:
+        for name, t in h.tensors.items():
+            if name in tensors:
+                raise CheckpointError(f"{h.file} [{name}]", f"tensor also stored in {tensors[name].file}")
+            tensors[name] = t
+    if weight_map is not None:
+        for name, shard in weight_map.items():
+            t = tensors.get(name)
+            if t is None or t.file != shard:
+                raise CheckpointError(f"{shard} [{name}]", "index names this tensor but the shard lacks it")
+    return tensors
+
+
+def _json_file(root: Path, name: str) -> dict | None:
+    p = root / name
+    if not p.exists():
+        return None
+    try:
+        obj = json.loads(p.read_bytes())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(str(p), f"not readable JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise CheckpointError(str(p), "must hold a JSON object")
+    return obj
+
+
+def _from_hf_cache(repo_id: str, revision: str | None) -> Path:
+    """Snapshot folder of a cached repo, without touching the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(
+            snapshot_download(
+                repo_id, revision=revision, local_files_only=True,
+                allow_patterns=["*.json", "*.safetensors"],
+            )
+        )
+    except LocalEntryNotFoundError as e:
+        raise CheckpointError(
+            repo_id, "not in the local Hugging Face cache (pass --remote to read headers over HTTP)"
+        ) from e

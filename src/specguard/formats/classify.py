@@ -1,0 +1,250 @@
+"""Classify each module from names, dtypes and shapes alone (no config, no bytes).
+
+Each rule reads the shapes the producers write (FORMATS.md): the group size is
+the reduction dim divided by the scale's last dim, the FP8 block the smallest
+power of two that tiles the weight into the scale's grid. Where the header
+cannot decide (a U8 scale may hold E8M0 or E4M3 bytes) the answer is
+``ambiguous`` and the content sniffer settles it later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
+from specguard.checkpoint.header import TensorInfo
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+
+Params = Mapping[str, TensorInfo]
+PLAIN_DTYPES = {"BF16": s.BF16, "F16": s.FP16, "F32": s.FP32, "F64": s.FP32}
+QUANT_PARAMS = frozenset({
+    "weight_scale", "weight_scale_inv", "scale", "weight_scale_2", "input_scale",
+    "weight_zero_point", "weight_global_scale", "input_global_scale",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """A module's stored scheme and the tensors that scheme needs but the disk lacks."""
+
+    scheme: Scheme
+    missing: tuple[str, ...] = ()
+
+
+def classify_params(params: Params) -> Classified:
+    """The stored scheme of one module, given its tensors keyed by parameter suffix."""
+    if "blocks" in params:
+        return _gpt_oss(params)
+    if "weight_packed" in params:
+        return _compressed_packed(params)
+    if "qweight" in params:
+        return _gptq_or_awq(params)
+    w = params.get("weight")
+    if w is None:
+        return _weightless(params)
+    if w.dtype in FLOAT_HIGH:
+        extra = sorted(set(params) & QUANT_PARAMS)
+        if extra:
+            return _unknown(f"{w.dtype} weight next to scale tensors {', '.join(extra)}")
+        return Classified(Scheme(PLAIN_DTYPES[w.dtype], s.PLAIN, weight_dtype=w.dtype))
+    if w.dtype in FLOAT8:
+        return _fp8(w, params)
+    if w.dtype in ("U8", "I8", "F4"):
+        return _byte_weight(w, params)
+    return _unknown(f"no rule for a {w.dtype} weight")
+
+
+def _unknown(reason: str) -> Classified:
+    return Classified(Scheme(s.UNKNOWN, reason=reason))
+
+
+def _ratio(num: int, den: int) -> int | None:
+    return num // den if den and num % den == 0 else None
+
+
+def _scale_of(params: Params) -> tuple[str, TensorInfo] | tuple[None, None]:
+    for key in ("weight_scale_inv", "weight_scale", "scale"):
+        if key in params:
+            return key, params[key]
+    return None, None
+
+
+def _weightless(params: Params) -> Classified:
+    if params.keys() <= {"k_scale", "v_scale", "q_scale"}:
+        return Classified(Scheme(s.FP8_KV, reason="attention cache scales"))
+    t = params.get("")
+    if t is not None and t.dtype in PLAIN_DTYPES:
+        return Classified(Scheme(PLAIN_DTYPES[t.dtype], s.PLAIN, weight_dtype=t.dtype))
+    if t is not None:
+        return Classified(Scheme(s.PLAIN_OTHER, s.PLAIN, weight_dtype=t.dtype))
+    return _unknown(f"no weight tensor (has {', '.join(sorted(params))})")
+
+
+def _fp8(w: TensorInfo, params: Params) -> Classified:
+    key, sc = _scale_of(params)
+    if sc is None:
+        return _unknown(f"{w.dtype} weight without a scale tensor")
+    conv = {"weight_scale_inv": s.DEEPSEEK, "scale": s.DEEPSEEK}.get(key)
+    out, inp = w.shape[-2:] if len(w.shape) >= 2 else (w.numel, 1)
+    lead = len(w.shape) - 2
+    if sc.numel == 1 or (lead > 0 and sc.shape in (w.shape[:lead], (*w.shape[:lead], 1))):
+        return Classified(Scheme(s.FP8_TENSOR, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+    tail = sc.shape[lead:]
+    if tail in ((out,), (out, 1)):
+        return Classified(Scheme(s.FP8_CHANNEL, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+    if len(tail) == 2 and tail[0] == out and sc.dtype in ("F8_E8M0", "U8"):
+        group = _ratio(inp, tail[1])
+        if group == 32:
+            return Classified(Scheme(s.MXFP8, conv, group_size=32, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+    if len(tail) == 2:
+        block = (_block(out, tail[0]), _block(inp, tail[1]))
+        if None not in block:
+            return Classified(Scheme(
+                s.FP8_BLOCK, conv, block=block, scale_dtype=sc.dtype, weight_dtype=w.dtype  # type: ignore[arg-type]
+            ))
+    return _unknown(f"{w.dtype} weight {list(w.shape)} with {key} {list(sc.shape)} fits no FP8 layout")
+
+
+def _block(dim: int, cells: int) -> int | None:
+    """Smallest power of two b with ceil(dim / b) == cells (edge blocks allowed)."""
+    b = 1
+    while b <= max(dim, 1) * 2:
+        if -(-dim // b) == cells:
+            return b
+        b *= 2
+    return None
+
+
+def _byte_weight(w: TensorInfo, params: Params) -> Classified:
+    """U8/I8 (packed FP4 or int8) and F4 weights."""
+    key, sc = _scale_of(params)
+    if sc is None:
+        return _unknown(f"{w.dtype} weight without a scale tensor")
+    if sc.dtype in FLOAT_HIGH:
+        return _int_with_float_scale(w, sc, params)
+    inp = w.shape[-1] * (1 if w.dtype == "F4" else 2)
+    group = _ratio(inp, sc.shape[-1]) if sc.shape else None
+    if sc.dtype == "F8_E4M3" and group == 16:
+        return _nvfp4_modelopt(w, sc, params)
+    if sc.dtype == "F8_E8M0" and group == 32:
+        conv = s.DEEPSEEK if key == "scale" else None
+        return Classified(Scheme(s.MXFP4, conv, group_size=32, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+    if sc.dtype == "U8" and group == 16 and "weight_scale_2" in params:
+        return _nvfp4_modelopt(w, sc, params)
+    if sc.dtype == "U8" and group in (16, 32):
+        guess = "mxfp4" if group == 32 else "nvfp4"
+        return Classified(Scheme(
+            s.AMBIGUOUS, s.DEEPSEEK if key == "scale" else None, group_size=group,
+            scale_dtype=sc.dtype, weight_dtype=w.dtype,
+            reason=f"U8 {key} may hold E8M0 (mxfp4) or E4M3 (nvfp4) bytes; group {group} suggests {guess}",
+        ))
+    return _unknown(f"{w.dtype} weight {list(w.shape)} with {sc.dtype} {key} {list(sc.shape)} fits no FP4 layout")
+
+
+def _nvfp4_modelopt(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
+    missing = tuple(p for p in ("weight_scale_2", "input_scale") if p not in params)
+    return Classified(
+        Scheme(s.NVFP4, s.MODELOPT, group_size=16, scale_dtype=sc.dtype, weight_dtype=w.dtype),
+        missing,
+    )
+
+
+def _int_with_float_scale(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
+    """I8 weight = int8 (channel or group); U8 weight = ModelOpt INT4 (AWQ) packed pairs."""
+    if w.dtype == "I8":
+        inp = w.shape[-1]
+        cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
+        if cols == 1:
+            return Classified(Scheme(s.INT8_CHANNEL, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+        return Classified(Scheme(
+            s.INT8_GROUP, group_size=_ratio(inp, cols), scale_dtype=sc.dtype, weight_dtype=w.dtype
+        ))
+    if w.dtype == "U8" and len(w.shape) == 2 and len(sc.shape) == 2:
+        conv = s.MODELOPT if "pre_quant_scale" in params else None
+        if sc.shape[0] == 2 * w.shape[0]:  # ModelOpt packs INT4 along the output dim
+            return Classified(Scheme(
+                s.INT4_GROUP, conv, group_size=_ratio(w.shape[1], sc.shape[1]),
+                scale_dtype=sc.dtype, weight_dtype=w.dtype, pack_axis=0,
+            ))
+        if sc.shape[0] == w.shape[0]:
+            return Classified(Scheme(
+                s.INT4_GROUP, conv, group_size=_ratio(2 * w.shape[1], sc.shape[1]),
+                scale_dtype=sc.dtype, weight_dtype=w.dtype, pack_axis=1,
+            ))
+    return _unknown(f"{w.dtype} weight {list(w.shape)} with {sc.dtype} scale {list(sc.shape)}")
+
+
+def _compressed_packed(params: Params) -> Classified:
+    """compressed-tensors `weight_packed`: nvfp4 / mxfp4 (U8) or pack-quantized ints (I32)."""
+    wp = params["weight_packed"]
+    sc = params.get("weight_scale")
+    if sc is None:
+        return _unknown("weight_packed without weight_scale")
+    ct = s.COMPRESSED_TENSORS
+    if wp.dtype == "U8":
+        group = _ratio(wp.shape[-1] * 2, sc.shape[-1]) if sc.shape else None
+        if "weight_global_scale" in params or sc.dtype == "F8_E4M3":
+            missing = () if "weight_global_scale" in params else ("weight_global_scale",)
+            return Classified(
+                Scheme(s.NVFP4, ct, group_size=group, scale_dtype=sc.dtype, weight_dtype=wp.dtype), missing
+            )
+        if sc.dtype in ("U8", "F8_E8M0"):
+            return Classified(Scheme(s.MXFP4, ct, group_size=group, scale_dtype=sc.dtype, weight_dtype=wp.dtype))
+    if wp.dtype == "I32":
+        return _pack_quantized(wp, sc)
+    return _unknown(f"weight_packed {wp.dtype} with weight_scale {sc.dtype} fits no compressed-tensors format")
+
+
+def _pack_quantized(wp: TensorInfo, sc: TensorInfo) -> Classified:
+    """Ints packed 32/bits per I32 along the input dim. The bit width lives in
+    ``weight_shape``'s bytes, which a header pass does not read: take the width
+    whose group size comes out a power of two, preferring 4 bits."""
+    cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
+    for bits, fmt in ((4, s.INT4_GROUP), (8, s.INT8_GROUP)):
+        inp = wp.shape[-1] * 32 // bits
+        group = _ratio(inp, cols)
+        if group and group & (group - 1) == 0:
+            fmt = s.INT8_CHANNEL if bits == 8 and cols == 1 else fmt
+            return Classified(Scheme(
+                fmt, s.COMPRESSED_TENSORS, group_size=group if cols > 1 else None,
+                scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
+            ))
+    return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
+
+
+def _gptq_or_awq(params: Params) -> Classified:
+    q = params["qweight"]
+    sc = params.get("scales")
+    if sc is None or len(q.shape) != 2 or len(sc.shape) != 2:
+        return _unknown("qweight needs 2-D scales")
+    out = sc.shape[1]
+    if q.shape[1] == out:  # GPTQ: packed along the input dim
+        qz = params.get("qzeros")
+        bits = _ratio(qz.shape[1] * 32, out) if qz is not None and len(qz.shape) == 2 else 4
+        bits = bits or 4
+        inp = q.shape[0] * 32 // bits
+        conv, axis = s.GPTQ, 0
+    else:  # AWQ GEMM: packed along the output dim
+        bits = _ratio(q.shape[1] * 32, out) or 4
+        inp = q.shape[0]
+        conv, axis = s.AWQ, 1
+    fmt = {4: s.INT4_GROUP, 8: s.INT8_GROUP}.get(bits)
+    if fmt is None:
+        return _unknown(f"{bits}-bit {conv} has no format name")
+    return Classified(Scheme(
+        fmt, conv, group_size=_ratio(inp, sc.shape[0]), scale_dtype=sc.dtype,
+        weight_dtype=q.dtype, pack_axis=axis,
+    ))
+
+
+def _gpt_oss(params: Params) -> Classified:
+    b = params["blocks"]
+    sc = params.get("scales")
+    if sc is None:
+        return _unknown("*_blocks without *_scales")
+    group = b.shape[-1] * 2 if b.shape and sc.shape == b.shape[:-1] else None
+    if group != 32:
+        return _unknown(f"blocks {list(b.shape)} and scales {list(sc.shape)} are not MXFP4 block-32")
+    return Classified(Scheme(s.MXFP4, s.GPT_OSS, group_size=32, scale_dtype=sc.dtype, weight_dtype=b.dtype))

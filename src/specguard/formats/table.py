@@ -1,0 +1,59 @@
+"""ModuleTable: every module of a checkpoint with its stored scheme."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from specguard.checkpoint.header import TensorInfo
+from specguard.checkpoint.source import Checkpoint
+from specguard.formats.classify import classify_params
+from specguard.formats.modules import group_tensors
+from specguard.formats.scheme import Scheme
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """One checkpoint module: its name, tensors by parameter suffix, stored scheme."""
+
+    name: str
+    params: Mapping[str, TensorInfo]
+    scheme: Scheme
+    missing: tuple[str, ...] = ()  # tensors the stored scheme needs but the disk lacks
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.params.values())
+
+    def tensor_names(self) -> list[str]:
+        return [t.name for t in self.params.values()]
+
+
+@dataclass(frozen=True)
+class ModuleTable:
+    """All modules of one checkpoint, in the order the headers list them."""
+
+    checkpoint: Checkpoint
+    modules: Mapping[str, Module]
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self.modules.values())
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __getitem__(self, name: str) -> Module:
+        return self.modules[name]
+
+    def format_counts(self) -> Counter[str]:
+        return Counter(m.scheme.format for m in self)
+
+
+def classify(checkpoint: Checkpoint) -> ModuleTable:
+    """Group the checkpoint's tensors into modules and classify each from its header."""
+    modules: dict[str, Module] = {}
+    for name, mt in group_tensors(checkpoint.tensors.values()).items():
+        c = classify_params(mt.params)
+        modules[name] = Module(name, mt.params, c.scheme, c.missing)
+    return ModuleTable(checkpoint, modules)
