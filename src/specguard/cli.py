@@ -1,0 +1,82 @@
+"""The `specguard` command: parses arguments, calls the stages, prints.
+
+Bad input never produces a traceback: one line on stderr and exit code 2
+(``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from specguard.checkpoint.errors import CheckpointError
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake: reported like bad input, exit 2."""
+
+
+def _source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "source", nargs="?", default=None,
+        help="checkpoint directory, .safetensors file or HF repo id (default: the embedded sample)",
+    )
+    p.add_argument("--revision", help="HF revision (branch, tag or commit) for a repo id")
+    p.add_argument("--remote", action="store_true", help="read headers over HTTP (range requests) if not cached")
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from specguard.report.inspect import run_inspect
+
+    return run_inspect(args)
+
+
+def _cmd_factory(args: argparse.Namespace) -> int:
+    from specguard.factory.cli import main as factory_main
+
+    return factory_main(args.factory_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specguard",
+        description="Read what a quantized checkpoint stores, module by module, and check it against its config.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("inspect", help="show what every module is stored as (headers only)")
+    _source_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON record per module")
+    p.add_argument("--tensors", action="store_true", help="with --json: one record per tensor")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
+    p.add_argument("factory_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_factory)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return func(args)
+    except (CheckpointError, UsageError) as e:
+        if args.debug:
+            raise
+        print(f"specguard: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

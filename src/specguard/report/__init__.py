@@ -1,0 +1,1 @@
+"""Presentation shared by inspect, route and lint: run-length grouping, tables."""

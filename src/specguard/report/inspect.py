@@ -1,0 +1,120 @@
+"""`specguard inspect`: what every module is stored as, from headers alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from specguard.checkpoint.source import Checkpoint
+from specguard.formats.table import Module, ModuleTable, classify
+from specguard.report.runs import group_runs
+from specguard.report.sources import module_roles, open_source
+
+JSON_SCHEMA_VERSION = 1
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    ckpt = open_source(args)
+    table = classify(ckpt)
+    roles = module_roles(table)
+    if args.json:
+        records = tensor_records(table) if args.tensors else module_records(table, roles)
+        json.dump({"schema": JSON_SCHEMA_VERSION, "checkpoint": ckpt.name, "records": records}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    render(table, roles, Console())
+    return 0
+
+
+def module_records(table: ModuleTable, roles: Mapping[str, str]) -> list[dict]:
+    """One record per module (schema documented in docs/json.md)."""
+    out = []
+    for m in table:
+        sc = m.scheme
+        out.append({
+            "module": m.name,
+            "role": roles.get(m.name, "main"),
+            "format": sc.format,
+            "convention": sc.convention,
+            "group_size": sc.group_size,
+            "block": list(sc.block) if sc.block else None,
+            "scale_dtype": sc.scale_dtype,
+            "weight_dtype": sc.weight_dtype,
+            "reason": sc.reason,
+            "missing": list(m.missing),
+            "bytes": m.nbytes,
+            "params": {p: {"dtype": t.dtype, "shape": list(t.shape)} for p, t in m.params.items()},
+        })
+    return out
+
+
+def tensor_records(table: ModuleTable) -> list[dict]:
+    """One record per tensor, with the module and parameter it belongs to."""
+    return [
+        {
+            "tensor": t.name, "module": m.name, "param": p, "dtype": t.dtype, "shape": list(t.shape),
+            "file": t.file, "offsets": list(t.offsets), "format": m.scheme.format,
+        }
+        for m in table
+        for p, t in m.params.items()
+    ]
+
+
+def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
+    return (m.scheme.short(), role, m.missing)
+
+
+def render(table: ModuleTable, roles: Mapping[str, str], console: Console) -> None:
+    ckpt: Checkpoint = table.checkpoint
+    runs = group_runs((m.name, _row_key(m, roles.get(m.name, "main")), m) for m in table)
+    t = Table(title=f"{ckpt.name} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)", title_justify="left")
+    t.add_column("modules")
+    t.add_column("stored as")
+    t.add_column("role")
+    t.add_column("count", justify="right")
+    t.add_column("size", justify="right")
+    for run in runs:
+        label, role, missing = run.key  # type: ignore[misc]
+        mods: list[Module] = run.items  # type: ignore[assignment]
+        if missing:
+            label += f" [red]missing {','.join(missing)}[/]"
+        reason = mods[0].scheme.reason
+        if reason and mods[0].scheme.format in ("unknown", "ambiguous"):
+            label += f" [yellow]({reason})[/]"
+        t.add_row(run.label(), label, role, str(len(mods)), human_bytes(sum(m.nbytes for m in mods)))
+    console.print(t)
+    console.print(_totals(table, roles))
+
+
+def _totals(table: ModuleTable, roles: Mapping[str, str]) -> Table:
+    t = Table(title="totals", title_justify="left")
+    t.add_column("format")
+    counts: Counter[tuple[str, str]] = Counter()
+    sizes: Counter[tuple[str, str]] = Counter()
+    for m in table:
+        key = (m.scheme.format, roles.get(m.name, "main"))
+        counts[key] += 1
+        sizes[key] += m.nbytes
+    role_names = sorted({r for _, r in counts}, key=["main", "draft", "embedding", "head"].index)
+    for r in role_names:
+        t.add_column(r, justify="right")
+    for fmt in sorted({f for f, _ in counts}):
+        cells = [
+            f"{counts[(fmt, r)]} · {human_bytes(sizes[(fmt, r)])}" if counts[(fmt, r)] else "" for r in role_names
+        ]
+        t.add_row(fmt, *cells)
+    return t
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

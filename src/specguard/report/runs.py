@@ -1,0 +1,81 @@
+"""Run-length grouping of module names: 43 layers x 256 experts x 3 projections
+collapse into one row ``layers 0-42 · ffn.experts 0-255 · w1,w2,w3``.
+
+Names are split on dots; integer parts become slots. Items with the same
+template (the name minus its last part, integers abstracted) and the same
+caller-supplied key share a row; the row lists each slot's integers as ranges
+and the distinct last parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Run:
+    """One row: a name template, the integers seen per slot, the leaves, the items."""
+
+    template: tuple[str, ...]
+    key: Hashable
+    slots: list[set[int]]
+    leaves: list[str] = field(default_factory=list)
+    items: list[object] = field(default_factory=list)
+
+    def label(self) -> str:
+        """``layers 0-42 · ffn.experts 0-255 · w1,w2,w3``."""
+        words: list[str] = []
+        pending: list[str] = []
+        slot = 0
+        for part in self.template:
+            if part == "#":
+                words.append(f"{'.'.join(pending)} {ranges(self.slots[slot])}".strip())
+                pending = []
+                slot += 1
+            else:
+                pending.append(part)
+        if pending:
+            words.append(".".join(pending))
+        leaves = ",".join(self.leaves)
+        if leaves:
+            words.append(leaves)
+        return " · ".join(w for w in words if w)
+
+
+def ranges(values: Iterable[int]) -> str:
+    """``{0,1,2,5,7,8}`` -> ``0-2,5,7-8``."""
+    out: list[str] = []
+    vals = sorted(values)
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _split(name: str) -> tuple[tuple[str, ...], list[int], str]:
+    parts = name.split(".")
+    leaf = parts.pop() if len(parts) > 1 and not parts[-1].isdigit() else ""
+    template = tuple("#" if p.isdigit() else p for p in parts)
+    numbers = [int(p) for p in parts if p.isdigit()]
+    return template, numbers, leaf
+
+
+def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
+    """Group ``(name, key, item)`` triples into rows, in order of first appearance."""
+    runs: dict[tuple[tuple[str, ...], Hashable], Run] = {}
+    for name, key, item in items:
+        template, numbers, leaf = _split(name)
+        run = runs.get((template, key))
+        if run is None:
+            run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
+        for slot, n in zip(run.slots, numbers, strict=True):
+            slot.add(n)
+        if leaf and leaf not in run.leaves:
+            run.leaves.append(leaf)
+        run.items.append(item)
+    return list(runs.values())

@@ -1,0 +1,57 @@
+"""Opening the checkpoint a command names (default: the embedded sample)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from specguard.checkpoint.source import Checkpoint, open_checkpoint
+from specguard.formats.table import ModuleTable
+
+SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
+
+
+@contextmanager
+def _progress_bar(label: str) -> Iterator[callable]:
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True)
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal task
+        if total < SHOW_PROGRESS_FROM:
+            return
+        if task is None:
+            bar.start()
+            task = bar.add_task(label, total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield update
+    finally:
+        if task is not None:
+            bar.stop()
+
+
+def open_path(source: str | None, *, revision: str | None = None, remote: bool = False) -> Checkpoint:
+    """Open ``source``, or the embedded sample when it is None."""
+    if source is None:
+        from specguard.factory import sample_checkpoint
+
+        source = str(sample_checkpoint())
+    with _progress_bar("reading headers") as update:
+        return open_checkpoint(source, revision=revision, remote=remote, progress=update)
+
+
+def open_source(args: argparse.Namespace) -> Checkpoint:
+    return open_path(args.source, revision=args.revision, remote=args.remote)
+
+
+def module_roles(table: ModuleTable) -> dict[str, str]:
+    """Role of every module (main / draft / embedding / head), from the layout rules."""
+    from specguard.layouts import layout_for
+
+    layout = layout_for(dict(table.checkpoint.config or {}))
+    return {m.name: str(layout.role(m.name)) for m in table}

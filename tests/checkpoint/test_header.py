@@ -1,0 +1,146 @@
+"""Header validation on real bytes: valid files pass, every malformation is one CheckpointError."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+from safetensors import SafetensorError, safe_open
+
+from specguard.checkpoint import CheckpointError, read_header
+from specguard.checkpoint.header import MAX_HEADER
+from specguard.checkpoint.writer import save_file
+from tests.conftest import raw_safetensors
+
+
+def test_valid_file_round_trips_every_numpy_dtype(tmp_path):
+    arrays = {
+        "a.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b.scale": np.ones((2, 1), ml_dtypes.float8_e8m0fnu),
+        "c.weight": np.zeros((4, 8), ml_dtypes.float8_e4m3fn),
+        "d.bias": np.zeros(3, ml_dtypes.bfloat16),
+        "e.qweight": np.zeros((2, 2), np.int32),
+        "f.empty": np.zeros((0, 4), np.float16),
+    }
+    path = tmp_path / "m.safetensors"
+    save_file(arrays, path, {"format": "pt"})
+    h = read_header(path)
+    assert h.metadata == {"format": "pt"}
+    assert set(h.tensors) == set(arrays)
+    with safe_open(path, "np") as f:  # the reference reader agrees on dtype and shape
+        for name in f.keys():
+            sl = f.get_slice(name)
+            assert (sl.get_dtype(), list(sl.get_shape())) == (h.tensors[name].dtype, list(h.tensors[name].shape))
+    t = h.tensors["b.scale"]
+    assert t.nbytes == 2 and path.read_bytes()[t.offsets[0] : t.offsets[1]] == b"\x7f\x7f"
+
+
+def test_sub_byte_dtype_counts_logical_elements(tmp_path):
+    p = raw_safetensors(tmp_path / "f4.safetensors", {"w": {"dtype": "F4", "shape": [2, 8], "data_offsets": [0, 8]}},
+                        b"\0" * 8)
+    assert read_header(p).tensors["w"].nbytes == 8
+
+
+def _one(dtype="F32", shape=(2,), offsets=(0, 8)):
+    return {"t": {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}}
+
+
+BAD = [
+    ("truncated before the length", None, b"\x01\x02", "truncated"),
+    ("length past the end", _one(), b"", "runs past the end"),
+    ("unknown dtype", _one(dtype="F7"), b"\0" * 8, "unknown dtype 'F7'"),
+    ("shape/offset mismatch", _one(shape=(3,)), b"\0" * 8, "needs 12 bytes"),
+    ("negative dim", _one(shape=(-2,)), b"\0" * 8, "non-negative"),
+    ("odd F4 count", _one(dtype="F4", shape=(3,), offsets=(0, 1)), b"\0", "byte boundary"),
+    ("data section longer than the tensors", _one(), b"\0" * 12, "data section holds 12"),
+    ("non-object JSON", [1, 2], b"", "not an object"),
+    ("entry without offsets", {"t": {"dtype": "F32", "shape": [1]}}, b"\0" * 4, "needs dtype, shape"),
+    ("metadata not str->str", {"__metadata__": {"a": 1}}, b"", "__metadata__"),
+]
+
+
+@pytest.mark.parametrize(("label", "header", "data", "needle"), BAD, ids=[b[0] for b in BAD])
+def test_bad_headers_raise_one_line(tmp_path, label, header, data, needle):
+    p = tmp_path / "bad.safetensors"
+    if header is None:
+        p.write_bytes(data)
+    else:
+        raw_safetensors(p, header, data, length=None if "past the end" not in label else 10_000)
+    with pytest.raises(CheckpointError) as e:
+        read_header(p)
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg and str(p) in msg
+
+
+def test_overlap_and_hole_name_the_tensor(tmp_path):
+    overlap = {
+        "a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+        "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]},
+    }
+    with pytest.raises(CheckpointError, match=r"\[b\].*overlaps"):
+        read_header(raw_safetensors(tmp_path / "o.safetensors", overlap, b"\0" * 6))
+    hole = {"a": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}
+    with pytest.raises(CheckpointError, match=r"\[a\].*hole"):
+        read_header(raw_safetensors(tmp_path / "h.safetensors", hole, b"\0" * 6))
+
+
+def test_header_limit_and_non_utf8(tmp_path):
+    p = tmp_path / "huge.safetensors"
+    p.write_bytes(struct.pack("<Q", MAX_HEADER + 1) + b"{}")
+    with pytest.raises(CheckpointError, match="limit"):
+        read_header(p)
+    with pytest.raises(CheckpointError, match="not UTF-8"):
+        read_header(raw_safetensors(tmp_path / "u.safetensors", b'{"\xff": 1}'))
+
+
+def test_unreadable_path_is_checkpoint_error(tmp_path):
+    d = tmp_path / "dir.safetensors"
+    d.mkdir()
+    with pytest.raises(CheckpointError, match="cannot read"):
+        read_header(d)
+
+
+def _reference_accepts(path) -> bool:
+    try:
+        with safe_open(path, "np") as f:
+            list(f.keys())
+        return True
+    except (SafetensorError, Exception):
+        return False
+
+
+def test_same_verdicts_as_the_reference_on_mutated_headers(tmp_path):
+    """Flip / cut / extend real headers and compare accept/reject with safetensors' Rust reader."""
+    save_file({"a": np.zeros((3, 4), np.float32), "b": np.zeros(5, np.uint8)}, tmp_path / "ok.safetensors")
+    good = (tmp_path / "ok.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", good[:8])
+    header = json.loads(good[8 : 8 + n])
+    rng = np.random.default_rng(0)
+    mutations = []
+    for _ in range(60):
+        h = json.loads(json.dumps(header))
+        name = rng.choice(["a", "b"])
+        field = rng.choice(["dtype", "shape", "data_offsets"])
+        if field == "dtype":
+            h[name]["dtype"] = str(rng.choice(["F16", "I64", "U8", "F8_E8M0", "F4", "BOOL", "XX"]))
+        elif field == "shape":
+            h[name]["shape"] = [int(x) for x in rng.integers(0, 7, size=rng.integers(0, 3))]
+        else:
+            b = int(rng.integers(0, 60))
+            h[name]["data_offsets"] = [b, b + int(rng.integers(0, 60))]
+        mutations.append(h)
+    data = good[8 + n :]
+    disagreements = []
+    for i, h in enumerate(mutations):
+        p = raw_safetensors(tmp_path / f"m{i}.safetensors", h, data)
+        try:
+            read_header(p)
+            ours = True
+        except CheckpointError:
+            ours = False
+        if ours != _reference_accepts(p):
+            disagreements.append((h, ours))
+    assert not disagreements

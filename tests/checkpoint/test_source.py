@@ -1,0 +1,139 @@
+"""Sources: sharded with index, single file, shards without index, HF cache; hostile indexes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from specguard.checkpoint import CheckpointError, open_checkpoint
+from specguard.checkpoint.writer import save_file, save_index
+
+
+def _sharded(root, shards=3):
+    weight_map = {}
+    for i in range(shards):
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        tensors = {f"layers.{i}.w.weight": np.zeros((4, 4), np.float32)}
+        save_file(tensors, root / name)
+        weight_map.update(dict.fromkeys(tensors, name))
+    save_index(weight_map, root, 64 * shards)
+    (root / "config.json").write_text(json.dumps({"num_hidden_layers": shards}))
+    return weight_map
+
+
+def test_sharded_with_index(tmp_path):
+    wm = _sharded(tmp_path)
+    ckpt = open_checkpoint(tmp_path)
+    assert set(ckpt.tensors) == set(wm)
+    assert all(ckpt.tensors[n].file == f for n, f in wm.items())
+    assert ckpt.config == {"num_hidden_layers": 3}
+    assert ckpt.bytes_read[0] == 0  # headers only
+
+
+def test_single_file_and_shards_without_index(tmp_path):
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "model.safetensors")
+    assert set(open_checkpoint(tmp_path).tensors) == {"a.weight"}
+    assert set(open_checkpoint(tmp_path / "model.safetensors").tensors) == {"a.weight"}
+    d = tmp_path / "noindex"
+    save_file({"a.weight": np.zeros(2, np.float32)}, d / "x-1.safetensors")
+    save_file({"b.weight": np.zeros(2, np.float32)}, d / "x-2.safetensors")
+    assert set(open_checkpoint(d).tensors) == {"a.weight", "b.weight"}
+
+
+def test_read_returns_the_bytes_and_counts_them(tmp_path):
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    save_file({"a.weight": arr, "b.weight": arr * 2}, tmp_path / "model.safetensors")
+    ckpt = open_checkpoint(tmp_path)
+    np.testing.assert_array_equal(ckpt.read("b.weight"), arr * 2)
+    assert ckpt.bytes_read[0] == 48
+
+
+def _index(root, weight_map):
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def test_index_names_a_missing_shard(tmp_path):
+    _sharded(tmp_path)
+    _index(tmp_path, {"layers.0.w.weight": "gone.safetensors"})
+    with pytest.raises(CheckpointError, match=r"gone.safetensors.*does not exist"):
+        open_checkpoint(tmp_path)
+
+
+def test_index_names_a_tensor_the_shard_lacks(tmp_path):
+    wm = _sharded(tmp_path)
+    wm["layers.9.w.weight"] = wm["layers.0.w.weight"]
+    _index(tmp_path, wm)
+    with pytest.raises(CheckpointError, match=r"layers.9.w.weight.*shard lacks it"):
+        open_checkpoint(tmp_path)
+
+
+def test_tensor_in_two_shards(tmp_path):
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "x-1.safetensors")
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "x-2.safetensors")
+    with pytest.raises(CheckpointError, match="also stored in"):
+        open_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../x.safetensors"])
+def test_shard_path_escaping_the_directory(tmp_path, shard):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "outside.safetensors")
+    _index(root, {"a.weight": shard})
+    with pytest.raises(CheckpointError, match="escapes the checkpoint directory"):
+        open_checkpoint(root)
+
+
+def test_symlink_escaping_the_directory(tmp_path):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "outside.safetensors")
+    os.symlink(tmp_path / "outside.safetensors", root / "link.safetensors")
+    _index(root, {"a.weight": "link.safetensors"})
+    with pytest.raises(CheckpointError, match="symlink"):
+        open_checkpoint(root)
+
+
+def test_hostile_index_json(tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": [1, 2]}')
+    with pytest.raises(CheckpointError, match="weight_map"):
+        open_checkpoint(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not readable JSON"):
+        open_checkpoint(tmp_path)
+
+
+def test_missing_path_and_empty_dir(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        open_checkpoint(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
+        open_checkpoint(tmp_path)
+
+
+def test_hf_cache_repo_id_without_network(tmp_path, monkeypatch):
+    """A repo id resolves through huggingface_hub's real cache layout, offline."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny"
+    commit = "a" * 40
+    snap = repo / "snapshots" / commit
+    blobs = repo / "blobs"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    save_file({"a.weight": np.zeros(2, np.float32)}, blobs / "blob1")
+    (blobs / "blob2").write_text(json.dumps({"num_hidden_layers": 1}))
+    os.symlink(blobs / "blob1", snap / "model.safetensors")
+    os.symlink(blobs / "blob2", snap / "config.json")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ckpt = open_checkpoint("acme/tiny")
+    assert set(ckpt.tensors) == {"a.weight"} and ckpt.config == {"num_hidden_layers": 1}
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache"):
+        open_checkpoint("acme/absent")
