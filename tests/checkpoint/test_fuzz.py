@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 
@@ -54,7 +55,5 @@ def test_structured_headers(header, size):
 def test_files_with_any_length_prefix(tmp_path_factory, body, n):
     p = tmp_path_factory.mktemp("fz") / "x.safetensors"
     p.write_bytes(struct.pack("<Q", n) + body)
-    try:
+    with contextlib.suppress(CheckpointError):
         read_header(p)
-    except CheckpointError:
-        pass

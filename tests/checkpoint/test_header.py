@@ -31,7 +31,7 @@ def test_valid_file_round_trips_every_numpy_dtype(tmp_path):
     assert h.metadata == {"format": "pt"}
     assert set(h.tensors) == set(arrays)
     with safe_open(path, "np") as f:  # the reference reader agrees on dtype and shape
-        for name in f.keys():
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
             sl = f.get_slice(name)
             assert (sl.get_dtype(), list(sl.get_shape())) == (h.tensors[name].dtype, list(h.tensors[name].shape))
     t = h.tensors["b.scale"]
