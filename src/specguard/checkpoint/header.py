@@ -5,12 +5,17 @@ Reads the 8-byte length and the JSON header only; never the tensor data.
 
 from __future__ import annotations
 
-import json
 import math
+import operator
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import mul
+from typing import NamedTuple
+
+import orjson
 
 from specguard.checkpoint.dtypes import BITS
 from specguard.checkpoint.errors import CheckpointError
@@ -18,9 +23,12 @@ from specguard.checkpoint.errors import CheckpointError
 MAX_HEADER = 100_000_000  # the safetensors reference's limit (bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """One tensor as its header describes it. ``offsets`` are absolute in ``file``."""
+class TensorInfo(NamedTuple):
+    """One tensor as its header describes it. ``offsets`` are absolute in ``file``.
+
+    A NamedTuple rather than a frozen dataclass: 100,000 of these are built per
+    header pass and tuple construction is several times cheaper.
+    """
 
     name: str
     dtype: str
@@ -77,18 +85,101 @@ def check_header_length(n: int, size: int, where: str) -> None:
 def parse_header(raw: bytes, size: int, where: str) -> FileHeader:
     """Validate a header's JSON against the file size, as the reference does."""
     try:
-        obj = json.loads(raw)
-    except UnicodeDecodeError as e:
-        raise CheckpointError(where, f"header is not UTF-8 ({e.reason} at byte {e.start})") from e
-    except ValueError as e:
-        raise CheckpointError(where, f"header is not valid JSON ({e})") from e
-    if not isinstance(obj, dict):
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        what = "not UTF-8" if "utf-8" in str(e).lower() else "not valid JSON"
+        raise CheckpointError(where, f"header is {what} ({e})") from e
+    if type(obj) is not dict:
         raise CheckpointError(where, f"header is a JSON {type(obj).__name__}, not an object")
     data_start = 8 + len(raw)
     metadata = _metadata(obj.pop("__metadata__", None), where)
-    tensors = {name: _tensor(name, entry, where, data_start) for name, entry in obj.items()}
-    _check_layout(tensors, size - data_start, data_start, where)
+    tensors = _fast_tensors(obj, data_start, size - data_start, where)
+    if tensors is None:  # something is wrong: the careful pass names the entry
+        tensors = _careful_tensors(obj, data_start, where)
+        _check_layout(tensors, size - data_start, data_start, where)
+        raise CheckpointError(where, "header failed validation")  # not reached: the careful pass raised
     return FileHeader(where, size, data_start, tensors, metadata)
+
+
+def _fast_tensors(obj: dict, data_start: int, buffer: int, where: str) -> dict[str, TensorInfo] | None:
+    """All checks of ``_careful_tensors`` + ``_check_layout`` as whole-column
+    operations (map/zip/set run in C), or None when any fails.
+
+    The header pass is dominated by per-tensor Python overhead; this keeps it
+    near the cost of ``json.loads`` itself (benchmarks/headers.py).
+    """
+    names = list(obj)
+    entries = list(obj.values())
+    try:
+        dtypes = [e["dtype"] for e in entries]
+        shapes = [e["shape"] for e in entries]
+        offsets = [e["data_offsets"] for e in entries]
+        begins, ends = zip(*offsets, strict=True) if names else ((), ())
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not set(map(type, dtypes)) <= {str} or not set(dtypes) <= BITS.keys():
+        return None
+    if not set(map(type, shapes)) <= {list}:
+        return None
+    dims = list(chain.from_iterable(shapes))
+    if not set(map(type, dims)) <= {int} or min(dims, default=0) < 0:
+        return None
+    if not set(map(type, begins)) | set(map(type, ends)) <= {int}:
+        return None
+    bits = list(map(mul, map(math.prod, shapes), map(BITS.__getitem__, dtypes)))
+    if any(map(operator.and_, bits, repeat(7))):
+        return None
+    spans = list(map(operator.sub, ends, begins))
+    if list(map(operator.rshift, bits, repeat(3))) != spans or min(begins, default=0) < 0:
+        return None
+    if begins and (begins[0] != 0 or begins[1:] != ends[:-1]):  # not in offset order: sort first
+        order = sorted(zip(begins, ends, strict=True))
+        starts, stops = [b for b, _ in order], [e for _, e in order]
+        if starts[0] != 0 or starts[1:] != stops[:-1]:
+            return None
+        last = stops[-1]
+    else:
+        last = ends[-1] if ends else 0
+    if last != buffer:
+        return None
+    absolute = zip(map(data_start.__add__, begins), map(data_start.__add__, ends), strict=True)
+    rows = zip(names, dtypes, map(tuple, shapes), repeat(where), absolute)
+    return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows), strict=True))
+
+
+def _careful_tensors(obj: dict, data_start: int, where: str) -> dict[str, TensorInfo]:
+    """Entry by entry, raising on the first bad one with a message that names it."""
+    tensors: dict[str, TensorInfo] = {}
+    bits_of = BITS.get
+    for name, entry in obj.items():
+        try:
+            dtype = entry["dtype"]
+            shape = entry["shape"]
+            begin, end = entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                f"{where} [{name}]", "entry needs dtype, shape and data_offsets [begin, end]"
+            ) from None
+        bits = bits_of(dtype) if type(dtype) is str else None
+        if bits is None:
+            raise CheckpointError(f"{where} [{name}]", f"unknown dtype {dtype!r}")
+        if type(shape) is not list:
+            raise CheckpointError(f"{where} [{name}]", f"shape {shape!r} is not a list")
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise CheckpointError(f"{where} [{name}]", f"shape {shape!r} is not a list of non-negative integers")
+        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
+            raise CheckpointError(f"{where} [{name}]", f"bad data_offsets {entry['data_offsets']!r}")
+        total = math.prod(shape) * bits
+        if total & 7:
+            raise CheckpointError(f"{where} [{name}]", f"{dtype} {shape} does not end on a byte boundary")
+        if end - begin != total >> 3:
+            raise CheckpointError(
+                f"{where} [{name}]",
+                f"{dtype} {shape} needs {total >> 3} bytes but data_offsets span {end - begin}",
+            )
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), where, (data_start + begin, data_start + end))
+    return tensors
 
 
 def _metadata(meta: object, where: str) -> dict[str, str]:
@@ -101,40 +192,10 @@ def _metadata(meta: object, where: str) -> dict[str, str]:
     return meta
 
 
-def _tensor(name: str, entry: object, where: str, data_start: int) -> TensorInfo:
-    # Hot path: one call per tensor, so checks are ordered cheapest first.
-    if type(entry) is not dict:
-        raise CheckpointError(f"{where} [{name}]", "entry is not a JSON object")
-    try:
-        dtype = entry["dtype"]
-        shape = entry["shape"]
-        begin, end = entry["data_offsets"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"{where} [{name}]", "entry needs dtype, shape and data_offsets [begin, end]"
-        ) from e
-    bits = BITS.get(dtype) if type(dtype) is str else None
-    if bits is None:
-        raise CheckpointError(f"{where} [{name}]", f"unknown dtype {dtype!r}")
-    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-        raise CheckpointError(f"{where} [{name}]", f"shape {shape!r} is not a list of non-negative integers")
-    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
-        raise CheckpointError(f"{where} [{name}]", f"bad data_offsets {entry['data_offsets']!r}")
-    total = math.prod(shape) * bits
-    if total % 8:
-        raise CheckpointError(f"{where} [{name}]", f"{dtype} {shape} does not end on a byte boundary")
-    if end - begin != total >> 3:
-        raise CheckpointError(
-            f"{where} [{name}]",
-            f"{dtype} {shape} needs {total >> 3} bytes but data_offsets span {end - begin}",
-        )
-    return TensorInfo(name, dtype, tuple(shape), where, (data_start + begin, data_start + end))
-
-
 def _check_layout(tensors: dict[str, TensorInfo], buffer: int, data_start: int, where: str) -> None:
     """Entries sorted by offset must tile the buffer exactly: no hole, no overlap."""
     pos = data_start
-    for t in sorted(tensors.values(), key=_begin):
+    for t in sorted(tensors.values(), key=_OFFSETS):
         if t.offsets[0] != pos:
             what = "overlaps the previous tensor" if t.offsets[0] < pos else "leaves a hole before it"
             raise CheckpointError(f"{where} [{t.name}]", f"data_offsets {_rel(t, data_start)} {what}")
@@ -145,8 +206,7 @@ def _check_layout(tensors: dict[str, TensorInfo], buffer: int, data_start: int, 
         )
 
 
-def _begin(t: TensorInfo) -> int:
-    return t.offsets[0]
+_OFFSETS = operator.itemgetter(4)  # TensorInfo.offsets; (begin, end) sorts by begin
 
 
 def _rel(t: TensorInfo, data_start: int) -> list[int]:

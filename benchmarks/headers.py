@@ -1,0 +1,99 @@
+"""Header pass of a 64-shard, 100,000-tensor checkpoint: specguard vs its peers.
+
+Yardsticks, all in the same run on the same (sparse, page-cached) files:
+  floor   read each header's bytes and json.loads them, nothing else
+  safetensors  safe_open + keys + get_slice dtype/shape per tensor (Rust reader)
+  hf_hub  huggingface_hub.get_local_safetensors_metadata (pure Python)
+specguard's pass validates every header as strictly as the reference and the
+index against the shards. Prints each time and ratio; goal: no slower than the
+fastest peer and within 1.5x of the floor.
+
+    python benchmarks/headers.py [--tensors 100000] [--shards 64] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synth import default_root, write_sparse
+
+from specguard.checkpoint import open_checkpoint
+
+
+def floor(root: Path) -> int:
+    n = 0
+    for p in sorted(root.glob("*.safetensors")):
+        with open(p, "rb") as f:
+            (k,) = struct.unpack("<Q", f.read(8))
+            n += len(json.loads(f.read(k)))
+    return n
+
+
+def with_safetensors(root: Path) -> int:
+    from safetensors import safe_open
+
+    n = 0
+    for p in sorted(root.glob("*.safetensors")):
+        with safe_open(p, "np") as f:
+            for k in f.keys():  # noqa: SIM118 (not a dict)
+                sl = f.get_slice(k)
+                sl.get_dtype(), sl.get_shape()
+                n += 1
+    return n
+
+
+def with_hf_hub(root: Path) -> int:
+    from huggingface_hub import get_local_safetensors_metadata
+
+    meta = get_local_safetensors_metadata(root)
+    return sum(len(m.tensors) for m in meta.files_metadata.values())
+
+
+def with_specguard(root: Path) -> int:
+    return len(open_checkpoint(root).tensors)
+
+
+def interleaved(fns: dict, root: Path, repeat: int) -> dict[str, tuple[float, int]]:
+    """Best time of each reader, taking turns so machine noise hits all alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    counts: dict[str, int] = {}
+    for _ in range(repeat):
+        for label, fn in fns.items():
+            t = time.perf_counter()
+            counts[label] = fn(root)
+            times[label].append(time.perf_counter() - t)
+    return {k: (min(v), counts[k]) for k, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tensors", type=int, default=100_000)
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    root = write_sparse(default_root().with_name(f"v4-{args.tensors}-{args.shards}"), args.tensors, args.shards)
+    results = interleaved({
+        "floor (read + json.loads)": floor, "safetensors safe_open": with_safetensors,
+        "huggingface_hub local metadata": with_hf_hub, "specguard header pass": with_specguard,
+    }, root, args.repeat)
+    counts = {n for _, n in results.values()}
+    assert len(counts) == 1, f"readers disagree on the tensor count: {results}"
+    shards = len(list(root.glob("*.safetensors")))
+    print(f"checkpoint: {counts.pop():,} tensors in {shards} shards (sparse files), best of {args.repeat}")
+    base = results["floor (read + json.loads)"][0]
+    ours = results["specguard header pass"][0]
+    for label, (t, _) in results.items():
+        print(f"  {label:32s} {t * 1000:8.1f} ms  {t / base:5.2f}x floor  specguard is {t / ours:5.2f}x faster")
+    peers = min(results[k][0] for k in ("safetensors safe_open", "huggingface_hub local metadata"))
+    print(f"specguard / floor = {ours / base:.2f} (goal <= 1.5)")
+    print(f"specguard / fastest peer = {ours / peers:.2f} (goal <= 1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""A synthetic DeepSeek-V4-sized checkpoint made of sparse files: real headers,
+real index, data sections that are holes (the disk stays empty).
+
+Shared by the header, route and lint benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+DTYPE_BITS = {"U8": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F32": 32, "BF16": 16}
+
+
+def _expert(prefix: str, fp4: str) -> list[tuple[str, str, list[int]]]:
+    """One routed expert's tensors: w1, w2, w3 in NVFP4 (ModelOpt) or MXFP4 (DeepSeek)."""
+    out = []
+    for w, (o, i) in (("w1", (2048, 7168)), ("w2", (7168, 2048)), ("w3", (2048, 7168))):
+        name = f"{prefix}.{w}"
+        out.append((f"{name}.weight", "U8", [o, i // 2]))
+        if fp4 == "nvfp4":
+            out += [(f"{name}.weight_scale", "F8_E4M3", [o, i // 16]),
+                    (f"{name}.weight_scale_2", "F32", []), (f"{name}.input_scale", "F32", [])]
+        else:
+            out.append((f"{name}.scale", "F8_E8M0", [o, i // 32]))
+    return out
+
+
+def tensor_list(n_tensors: int, layers: int = 43, draft_layers: int = 1) -> list[tuple[str, str, list[int]]]:
+    """At least ``n_tensors`` tensors: main layers NVFP4, the MTP draft MXFP4 (scenario S1)."""
+    tensors: list[tuple[str, str, list[int]]] = [("embed.weight", "BF16", [129280, 7168])]
+    experts = max(1, n_tensors // ((layers * 12) + draft_layers * 3))
+    for layer in range(layers):
+        for lin in ("wq_a", "wq_b", "wkv", "wo_a", "wo_b"):
+            tensors += [(f"layers.{layer}.attn.{lin}.weight", "F8_E4M3", [1024, 7168]),
+                        (f"layers.{layer}.attn.{lin}.scale", "F8_E8M0", [8, 56])]
+        for e in range(experts):
+            tensors += _expert(f"layers.{layer}.ffn.experts.{e}", "nvfp4")
+    for d in range(draft_layers):
+        for e in range(experts):
+            tensors += _expert(f"mtp.{d}.ffn.experts.{e}", "mxfp4")
+    tensors.append(("head.weight", "BF16", [129280, 7168]))
+    return tensors
+
+
+def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64) -> Path:
+    """Write the checkpoint under ``root`` (reused when already there)."""
+    marker = root / ".complete"
+    if marker.exists():
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    tensors = tensor_list(n_tensors)
+    per = -(-len(tensors) // shards)
+    weight_map = {}
+    for s in range(shards):
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        chunk = tensors[s * per : (s + 1) * per]
+        header, offset = {}, 0
+        for name, dtype, shape in chunk:
+            n = DTYPE_BITS[dtype] // 8
+            for d in shape:
+                n *= d
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+            weight_map[name] = fname
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(root / fname, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            f.truncate(8 + len(raw) + offset)  # a hole, not data
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (root / "config.json").write_text(json.dumps(_config(n_tensors)))
+    marker.touch()
+    return root
+
+
+def _config(n_tensors: int) -> dict:
+    return {
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "num_hidden_layers": 43,
+        "num_nextn_predict_layers": 1, "expert_dtype": "fp4",
+        "quantization_config": {
+            "quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "weight_block_size": [128, 128],
+            "moe_quant_algo": "NVFP4", "ignored_layers": ["mtp.*"],
+        },
+    }
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("SPECGUARD_BENCH_DIR", "/tmp/specguard-bench")) / "v4-100k"
