@@ -1,0 +1,497 @@
+"""Quantize and dequantize, written once against ``_ops`` for both back ends.
+
+Canonical form: a weight ``[..., R, C]`` (C = the reduction/input dim) is
+``elements * expand(scale)``, where ``scale`` is float32 ``[..., ceil(R/br),
+ceil(C/bc)]`` for a block of ``br x bc`` elements. Every layout is converted
+to and from that form; edge blocks (R or C not a multiple of the block) use
+the same scale for the partial block, as DeepSeek's ``ceil`` scale shapes do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specguard.codecs import layouts as L
+from specguard.codecs._tables import (
+    E2M1_MAX,
+    E2M1_THRESHOLDS,
+    E4M3_MAX,
+    E4M3_TABLE,
+    E8M0_TABLE,
+    FP4_PAIR_TABLE,
+)
+from specguard.formats.scheme import (
+    COMPRESSED_TENSORS,
+    FP8_BLOCK,
+    FP8_CHANNEL,
+    FP8_TENSOR,
+    INT4_GROUP,
+    MXFP4,
+    MXFP8,
+    NVFP4,
+)
+
+Array = Any
+E8M0_DTYPES = ("F8_E8M0", "U8")
+FLOAT_SCALE_DTYPES = ("F32", "BF16", "F16")
+NVFP4_GLOBAL = E4M3_MAX * E2M1_MAX  # 2688: per-tensor scale maps amax onto 6 * 448
+MX_RULES = ("ceil", "floor", "compressed-tensors")
+_EPS = {"F32": float(np.finfo(np.float32).eps), "F16": float(np.finfo(np.float16).eps),
+        "BF16": 2.0 ** -7}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Choices a producer makes within a layout (see ``codecs.quantize``)."""
+
+    block: tuple[int, int] | None = None
+    group_size: int | None = None
+    scale_dtype: str | None = None
+    scale_name: str | None = None
+    weight_dtype: str | None = None
+    scale_rule: str | None = None
+    input_amax: float | None = None
+    gptq_v2: bool = False
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def resolve_block(lay: L.Layout, opt: Options, rows: int, cols: int) -> tuple[int, int]:
+    """Block size in elements; 0 in the layout means the whole dimension."""
+    br, bc = lay.block
+    if lay.format == FP8_BLOCK and opt.block is not None:
+        br, bc = opt.block
+    if lay.format == INT4_GROUP and opt.group_size is not None:
+        bc = opt.group_size
+    br, bc = br or rows, bc or cols
+    if br <= 0 or bc <= 0:
+        raise ValueError(f"block size must be positive, got {br}x{bc}")
+    return br, bc
+
+
+# ----------------------------------------------------------------- elements
+
+def e2m1_codes(xp, x: Array) -> Array:
+    """float32 -> E2M1 codes (uint8), round-to-nearest-even, saturating, signed zero kept."""
+    mag = xp.abs(x)
+    code = xp.zeros(tuple(x.shape), "U8", like=x)
+    for threshold, tie_up in E2M1_THRESHOLDS:
+        code = code + xp.cast((mag >= threshold) if tie_up else (mag > threshold), "U8")
+    return code | (xp.cast(xp.signbit(x), "U8") << 3)
+
+
+def pack_fp4(xp, codes: Array) -> Array:
+    if codes.shape[-1] % 2:
+        raise ValueError(f"FP4 packing needs an even input dimension, got {codes.shape[-1]}")
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def fp4_values(xp, packed: Array) -> Array:
+    """Packed FP4 bytes -> float32 values, last dim doubled (low nibble first)."""
+    pairs = xp.take(xp.table(FP4_PAIR_TABLE, packed), xp.view(packed, "U8"))
+    return pairs.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def cast_e4m3(xp, y: Array) -> Array:
+    """Saturating float32 -> E4M3 (ml_dtypes overflows to NaN, torch saturates: clip first)."""
+    return xp.cast(xp.clip(y, -E4M3_MAX, E4M3_MAX), "F8_E4M3")
+
+
+def e8m0_codes(xp, t: Array, rounding: str) -> Array:
+    """Power-of-two exponent of positive float32 ``t`` as E8M0 codes (uint8).
+
+    "ceil": smallest power of two >= t; "floor": largest <= t. Clamped to
+    [2**-127, 2**127]; NaN -> 0xFF.
+    """
+    bits = xp.view(t, "I32")
+    biased = (bits >> 23) & 0xFF
+    mant = bits & 0x7FFFFF
+    if rounding == "ceil":
+        code = biased + xp.cast(mant != 0, "I32")
+        tiny = xp.cast(mant > 0x400000, "I32")  # subnormal t: 2**-127 or 2**-126
+    elif rounding == "floor":
+        code = biased
+        tiny = xp.zeros(tuple(t.shape), "I32", like=t)
+    else:
+        raise ValueError(f"unknown E8M0 rounding {rounding!r}")
+    code = xp.where(biased == 0, tiny, xp.clip(code, 0, 254))
+    return xp.cast(xp.where(xp.isnan(t), 255, code), "U8")
+
+
+def decode_e8m0(xp, codes: Array) -> Array:
+    return xp.take(xp.table(E8M0_TABLE, codes), xp.view(codes, "U8"))
+
+
+def decode_e4m3(xp, data: Array) -> Array:
+    return xp.take(xp.table(E4M3_TABLE, data), xp.view(data, "U8"))
+
+
+# ------------------------------------------------------------ block helpers
+
+def amax_blocks(xp, x: Array, br: int, bc: int) -> Array:
+    """max |x| over each br x bc block of the last two dims (edge blocks partial)."""
+    *lead, rows, cols = x.shape
+    nr, nc = ceil_div(rows, br), ceil_div(cols, bc)
+    a = xp.abs(x)
+    if (nr * br, nc * bc) != (rows, cols):
+        a = xp.pad2(a, nr * br, nc * bc)  # zero padding leaves a max of |x| unchanged
+    return xp.amax(a.reshape(*lead, nr, br, nc, bc), (-3, -1))
+
+
+def expand_blocks(xp, s: Array, br: int, bc: int, rows: int, cols: int) -> Array:
+    """Block scale [..., nr, nc] -> one value per element [..., rows, cols]."""
+    if br > 1:
+        s = xp.repeat(s, br, -2)
+    if bc > 1:
+        s = xp.repeat(s, bc, -1)
+    return s[..., :rows, :cols]
+
+
+def _blocked(x: Array, br: int, bc: int) -> Array | None:
+    *lead, rows, cols = x.shape
+    if rows % br or cols % bc:
+        return None
+    return x.reshape(*lead, rows // br, br, cols // bc, bc)
+
+
+def divide_blocks(xp, x: Array, s: Array, br: int, bc: int) -> Array:
+    v = _blocked(x, br, bc)
+    if v is None:
+        return x / expand_blocks(xp, s, br, bc, *x.shape[-2:])
+    return (v / s[..., :, None, :, None]).reshape(tuple(x.shape))
+
+
+def multiply_blocks(xp, x: Array, s: Array, br: int, bc: int) -> Array:
+    v = _blocked(x, br, bc)
+    if v is None:
+        return xp.mul_(x, expand_blocks(xp, s, br, bc, *x.shape[-2:]))
+    return xp.mul_(v, s[..., :, None, :, None]).reshape(tuple(x.shape))
+
+
+def nonzero(xp, s: Array) -> Array:
+    """Scale safe to divide by: an all-zero block quantizes to zeros."""
+    return xp.where(s == 0, 1.0, s)
+
+
+def store_scale(s: Array, kind: str) -> Array:
+    """Canonical [..., nr, nc] scale -> the shape the layout writes."""
+    if kind == L.SCALAR:
+        return s.reshape(())
+    if kind == L.ONE:
+        return s.reshape((1,))
+    return s
+
+
+def load_scale(s: Array, kind: str, rows: int) -> Array:
+    """Stored scale -> canonical [..., nr, nc]."""
+    if kind in (L.SCALAR, L.ONE):
+        return s.reshape((1, 1))
+    if kind == L.COLUMN:
+        return s.reshape((rows, 1))
+    return s
+
+
+# ----------------------------------------------------------------- quantize
+
+def quantize(xp, lay: L.Layout, w: Array, opt: Options) -> dict[str, Array]:
+    x = xp.f32(w)
+    if x.ndim < 2:
+        raise ValueError(f"quantize needs a weight of 2 or more dims, got shape {tuple(x.shape)}")
+    if lay.scale_shape in (L.SCALAR, L.ONE, L.COLUMN) and x.ndim != 2:
+        raise ValueError(f"{lay.format} needs a 2-D weight, got shape {tuple(x.shape)}")
+    br, bc = resolve_block(lay, opt, *x.shape[-2:])
+    if lay.format in (FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK):
+        return _quantize_fp8(xp, lay, x, br, bc, opt)
+    if lay.format == NVFP4:
+        return _quantize_nvfp4(xp, lay, x, opt)
+    if lay.format in (MXFP4, MXFP8):
+        return _quantize_mx(xp, lay, x, opt)
+    if lay.format == INT4_GROUP:
+        return _quantize_int4(xp, lay, x, bc, opt)
+    raise ValueError(f"no quantizer for format {lay.format!r}")
+
+
+def _scale_name(lay: L.Layout, opt: Options) -> str:
+    return opt.scale_name or lay.scale[0]
+
+
+def _quantize_fp8(xp, lay, x, br, bc, opt) -> dict[str, Array]:
+    amax = amax_blocks(xp, x, br, bc)
+    sdtype = opt.scale_dtype or lay.scale_dtype
+    t = amax / E4M3_MAX
+    if sdtype in E8M0_DTYPES:  # DeepSeek-V4 ue8m0: power-of-two block scales
+        codes = e8m0_codes(xp, t, "ceil")
+        stored, s = xp.view(codes, sdtype), decode_e8m0(xp, codes)
+    elif sdtype in FLOAT_SCALE_DTYPES:
+        stored = xp.cast(t, sdtype)
+        s = xp.f32(stored)
+    else:
+        raise ValueError(f"fp8 scale dtype must be one of {FLOAT_SCALE_DTYPES + E8M0_DTYPES}")
+    q = cast_e4m3(xp, divide_blocks(xp, x, nonzero(xp, s), br, bc))
+    out = {lay.weight: q, _scale_name(lay, opt): store_scale(stored, lay.scale_shape)}
+    if lay.input_scale and opt.input_amax is not None:
+        out[lay.input_scale] = _per_tensor(xp, opt.input_amax / E4M3_MAX, lay.input_shape, x)
+    return out
+
+
+def _per_tensor(xp, value: float | Array, kind: str, like: Array) -> Array:
+    v = xp.scalar(value, like) if isinstance(value, float) else xp.f32(value)
+    return store_scale(v.reshape((1, 1)), kind)
+
+
+def _quantize_nvfp4(xp, lay, x, opt) -> dict[str, Array]:
+    amax = xp.amax(xp.abs(x))
+    block_amax = amax_blocks(xp, x, 1, 16)
+    if lay.global_reciprocal:
+        # compressed-tensors: global = 448*6 / amax, block = global * amax_b / 6
+        # rounded to E4M3, zero blocks get E4M3's eps 0.125; W = q * (block / global).
+        tiny = float(np.finfo(np.float32).tiny)
+        g = xp.scalar(NVFP4_GLOBAL, x) / xp.where(amax < tiny, tiny, amax)
+        g = xp.where(xp.isnan(g) | (g == float("inf")), 1.0, g)
+        sb = cast_e4m3(xp, g * (block_amax / E2M1_MAX))
+        s = xp.f32(sb)
+        s = xp.where(s == 0, 0.125, s)
+        sb = xp.cast(s, "F8_E4M3")
+        eff = s / g
+    else:
+        # ModelOpt: scale_2 = amax / (6*448), block = (amax_b / 6) / scale_2 in E4M3;
+        # W = q * block * scale_2.
+        g = amax / NVFP4_GLOBAL
+        sb = cast_e4m3(xp, nonzero(xp, (block_amax / E2M1_MAX) / nonzero(xp, g)))
+        eff = xp.f32(sb) * g
+    codes = e2m1_codes(xp, divide_blocks(xp, x, nonzero(xp, eff), 1, 16))
+    out = {
+        lay.weight: _as_weight_dtype(xp, pack_fp4(xp, codes), lay, opt),
+        _scale_name(lay, opt): sb,
+        lay.global_scale: store_scale(g.reshape((1, 1)), lay.global_shape),
+    }
+    if opt.input_amax is not None:
+        value = (NVFP4_GLOBAL / opt.input_amax if lay.global_reciprocal
+                 else opt.input_amax / NVFP4_GLOBAL)
+        out[lay.input_scale] = _per_tensor(xp, float(np.float32(value)), lay.input_shape, x)
+    return out
+
+
+def _as_weight_dtype(xp, packed_u8: Array, lay, opt) -> Array:
+    dtype = opt.weight_dtype or lay.weight_dtype
+    if dtype not in ("U8", "I8"):
+        raise ValueError(f"packed FP4 is stored as U8 or I8, not {dtype}")
+    return xp.view(packed_u8, dtype)
+
+
+def mx_scale_codes(xp, block_amax: Array, rule: str, elem_max: float, emax: int) -> Array:
+    """E8M0 shared exponents for MX blocks, by each producer's rule.
+
+    "ceil": 2**ceil(log2(amax / elem_max)) -- no element clips (DeepSeek, gpt-oss).
+    "floor": 2**(floor(log2 amax) - emax) -- OCP MX v1.0; up to ~2x clipping at 6.
+    "compressed-tensors": round amax up to a power of two once its mantissa is
+    >= 1.75 (their round_to_power_2), then subtract emax.
+    """
+    if rule == "ceil":
+        return e8m0_codes(xp, block_amax / elem_max, "ceil")
+    bits = xp.view(block_amax, "I32")
+    if rule == "compressed-tensors":
+        bits = (bits + (1 << 21)) & -(1 << 23)  # mask = sign + exponent bits
+    elif rule != "floor":
+        raise ValueError(f"unknown MX scale rule {rule!r}; one of {MX_RULES}")
+    biased = (bits >> 23) & 0xFF
+    return xp.cast(xp.clip(biased - emax, 0, 254), "U8")
+
+
+def _quantize_mx(xp, lay, x, opt) -> dict[str, Array]:
+    elem_max, emax = (E2M1_MAX, 2) if lay.format == MXFP4 else (E4M3_MAX, 8)
+    rule = opt.scale_rule or ("compressed-tensors" if lay.convention == COMPRESSED_TENSORS
+                              else "ceil")
+    codes = mx_scale_codes(xp, amax_blocks(xp, x, 1, 32), rule, elem_max, emax)
+    scaled = divide_blocks(xp, x, decode_e8m0(xp, codes), 1, 32)
+    sdtype = opt.scale_dtype or lay.scale_dtype
+    if sdtype not in E8M0_DTYPES:
+        raise ValueError(f"MX scales are stored as {' or '.join(E8M0_DTYPES)}, not {sdtype}")
+    if lay.format == MXFP8:
+        weight = cast_e4m3(xp, scaled)
+    else:
+        weight = pack_fp4(xp, e2m1_codes(xp, scaled))
+        if lay.packing == L.FP4_GPT_OSS:
+            if x.shape[-1] % 32:
+                raise ValueError(f"gpt-oss blocks need an input dim divisible by 32, "
+                                 f"got {x.shape[-1]}")
+            weight = weight.reshape(*weight.shape[:-1], weight.shape[-1] // 16, 16)
+        weight = _as_weight_dtype(xp, weight, lay, opt)
+    return {lay.weight: weight, _scale_name(lay, opt): xp.view(codes, sdtype)}
+
+
+def _quantize_int4(xp, lay, x, g: int, opt) -> dict[str, Array]:
+    """Symmetric int4 groups along the input dim: q = round(x / s), s = amax / 7.5.
+
+    7.5 is compressed-tensors' (and GPTQ's) choice: the range [-8, 7] spans 15 steps.
+    """
+    if x.ndim != 2:
+        raise ValueError(f"int4 group quantization needs a 2-D weight, got {tuple(x.shape)}")
+    rows, cols = x.shape
+    sdtype = opt.scale_dtype or lay.scale_dtype
+    if sdtype not in FLOAT_SCALE_DTYPES:
+        raise ValueError(f"int4 scales are stored as one of {FLOAT_SCALE_DTYPES}")
+    stored = xp.cast(amax_blocks(xp, x, 1, g) / 7.5, sdtype)
+    s = xp.f32(stored)
+    s = xp.where(s == 0, _EPS[sdtype], s)  # compressed-tensors' zero-scale guard
+    stored = xp.cast(s, sdtype)
+    q = xp.clip(xp.rint(divide_blocks(xp, x, s, 1, g)), -8, 7)
+    u = xp.cast(q + 8, "I64")  # unsigned nibble, offset 8 (= the symmetric zero point)
+    scale_name = _scale_name(lay, opt)
+    if lay.packing == L.INT4_ROWS:
+        shape = xp.arange(2, "I64", like=x) * (cols - rows) + rows  # [rows, cols]
+        return {lay.weight: pack_int4(xp, u), scale_name: stored, "weight_shape": shape}
+    # GPTQ: transposed, packed along the input dim; zeros packed along the output dim.
+    if cols % g or cols % 8 or rows % 8:
+        raise ValueError(f"GPTQ needs in % group, in % 8 and out % 8 == 0; got [{rows}, {cols}]"
+                         f" with group {g}")
+    zero = 8 if opt.gptq_v2 else 7  # v1 stores zero - 1
+    zeros = xp.full((cols // g, rows), zero, "I64", like=x)
+    g_idx = xp.cast(xp.arange(cols, "I64", like=x) // g, "I32")
+    return {lay.weight: _contiguous(xp, pack_int4(xp, u).T),
+            scale_name: _contiguous(xp, stored.T), "qzeros": pack_int4(xp, zeros), "g_idx": g_idx}
+
+
+def pack_int4(xp, u: Array) -> Array:
+    """[..., R, C] nibbles (int64 0..15) -> int32 [..., R, ceil(C/8)], low bits first."""
+    cols = u.shape[-1]
+    padded = ceil_div(cols, 8) * 8
+    if padded != cols:
+        u = xp.pad2(u, u.shape[-2], padded)
+    u = u.reshape(*u.shape[:-1], padded // 8, 8)
+    word = u[..., 0]
+    for i in range(1, 8):
+        word = word | (u[..., i] << (4 * i))
+    word = word - ((word >> 31) << 32)  # to signed 32-bit, two's complement
+    return xp.cast(word, "I32")
+
+
+def unpack_int4(xp, words: Array, cols: int) -> Array:
+    """int32 [..., R, W] -> int64 nibbles [..., R, cols] (0..15), low bits first."""
+    w = xp.cast(words, "I64") & 0xFFFFFFFF
+    shifts = xp.arange(8, "I64", like=w) * 4
+    nibbles = (w[..., None] >> shifts) & 0xF
+    return nibbles.reshape(*w.shape[:-1], w.shape[-1] * 8)[..., :cols]
+
+
+# --------------------------------------------------------------- dequantize
+
+@dataclass
+class Decoded:
+    """A dequantization split in two: small scale math first, then the big multiply."""
+
+    elements: Array  # stored weight tensor (bytes/ints), unexpanded
+    scale: Array  # effective float32 scale, canonical [..., nr, nc]
+    block: tuple[int, int]
+    shape: tuple[int, ...]  # logical [..., R, C]
+
+
+def _pick(tensors: dict[str, Array], names: tuple[str, ...], what: str, lay) -> Array:
+    for n in names:
+        if n in tensors:
+            return tensors[n]
+    raise ValueError(f"{lay.format}/{lay.convention}: no {what} tensor "
+                     f"(expected {' or '.join(names)}; got {', '.join(sorted(tensors)) or 'none'})")
+
+
+def logical_shape(xp, lay: L.Layout, tensors: dict[str, Array]) -> tuple[int, ...]:
+    w = _pick(tensors, (lay.weight,), "weight", lay)
+    shape = tuple(w.shape)
+    if lay.packing == L.FP4:
+        return (*shape[:-1], shape[-1] * 2)
+    if lay.packing == L.FP4_GPT_OSS:
+        return (*shape[:-2], shape[-2] * 32)
+    if lay.packing == L.INT4_ROWS:
+        ws = _pick(tensors, ("weight_shape",), "weight_shape", lay)
+        return tuple(int(v) for v in (ws.tolist() if hasattr(ws, "tolist") else ws))
+    if lay.packing == L.INT4_GPTQ:
+        return (shape[1], shape[0] * 8)
+    return shape
+
+
+def decode_scale(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+                 shape: tuple[int, ...]) -> tuple[Array, tuple[int, int]]:
+    """Effective float32 scale in canonical form and the block it covers."""
+    names = (opt.scale_name,) if opt.scale_name else lay.scale
+    raw = _pick(tensors, names, "scale", lay)
+    dtype = xp.dtype(raw)
+    if dtype == "F8_E8M0" or (dtype == "U8" and (lay.e8m0_scale or lay.format == FP8_BLOCK)):
+        s = decode_e8m0(xp, raw)
+    elif dtype == "F8_E4M3":
+        s = decode_e4m3(xp, raw)
+    elif dtype in FLOAT_SCALE_DTYPES:
+        s = xp.f32(raw)
+    else:
+        raise ValueError(f"{lay.format}/{lay.convention}: scale dtype {dtype} is not a scale")
+    rows, cols = shape[-2:]
+    s = load_scale(s, lay.scale_shape, rows)
+    br, bc = resolve_block(lay, opt, rows, cols)
+    want = (*shape[:-2], ceil_div(rows, br), ceil_div(cols, bc))
+    if tuple(s.shape) != want:
+        raise ValueError(f"{lay.format}/{lay.convention}: scale shape {tuple(s.shape)} does not "
+                         f"match weight {shape} in {br}x{bc} blocks (expected {want})")
+    if lay.global_scale:
+        g = xp.f32(_pick(tensors, (lay.global_scale,), "global scale", lay)).reshape((1, 1))
+        s = s / g if lay.global_reciprocal else s * g
+    return s, (br, bc)
+
+
+def decode(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Decoded:
+    shape = logical_shape(xp, lay, tensors)
+    scale, block = decode_scale(xp, lay, tensors, opt, shape)
+    return Decoded(tensors[lay.weight], scale, block, shape)
+
+
+def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...]) -> Array:
+    """Stored elements -> float32 values before scaling, logical shape."""
+    if lay.packing in (L.FP4, L.FP4_GPT_OSS):
+        return fp4_values(xp, elements).reshape(shape)
+    if lay.packing == L.INT4_ROWS:
+        return xp.f32(unpack_int4(xp, elements, shape[-1]) - 8)
+    if xp.dtype(elements) == "F8_E4M3":
+        return decode_e4m3(xp, elements)
+    raise ValueError(f"{lay.format}/{lay.convention}: cannot decode elements of dtype "
+                     f"{xp.dtype(elements)}")
+
+
+def expand_multiply(xp, lay: L.Layout, d: Decoded) -> Array:
+    """The bandwidth-bound part: decode every element and apply its block scale."""
+    values = element_values(xp, lay, d.elements, d.shape)
+    return multiply_blocks(xp, values, d.scale, *d.block)
+
+
+def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
+    if lay.packing == L.INT4_GPTQ:
+        return _dequantize_gptq(xp, lay, tensors, opt)
+    if lay.format == INT4_GROUP and "weight_zero_point" in tensors:
+        raise ValueError("asymmetric int4 (weight_zero_point) is not supported")
+    return expand_multiply(xp, lay, decode(xp, lay, tensors, opt))
+
+
+def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
+    """W[o, i] = (q[i, o] - z[g(i), o]) * s[g(i), o]; v1 checkpoints store z - 1."""
+    qweight = _pick(tensors, (lay.weight,), "qweight", lay)
+    rows = qweight.shape[1]
+    cols = qweight.shape[0] * 8
+    scales = xp.f32(_pick(tensors, (opt.scale_name,) if opt.scale_name else lay.scale,
+                          "scales", lay))
+    zeros = unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows)
+    if not opt.gptq_v2:
+        zeros = zeros + 1
+    if "g_idx" in tensors:
+        g_idx = xp.cast(tensors["g_idx"], "I64")
+    else:
+        g = opt.group_size or lay.block[1]
+        g_idx = xp.arange(cols, "I64", like=qweight) // g
+    q = unpack_int4(xp, qweight.T, cols).T  # [in, out]
+    wt = xp.f32(q - xp.take(zeros, g_idx)) * xp.take(scales, g_idx)
+    return _contiguous(xp, wt.T)
+
+
+def _contiguous(xp, a: Array) -> Array:
+    return np.ascontiguousarray(a) if xp.name == "numpy" else a.contiguous()
