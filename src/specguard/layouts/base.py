@@ -1,0 +1,192 @@
+"""Layout: one model family's naming rules, checkpoint names <-> runtime prefixes.
+
+Words (DESIGN.md): a *checkpoint name* is what the file calls a module
+(``mtp.0.ffn.experts.7.w1``); a *runtime prefix* is the string an engine hands
+to ``QuantizationConfig.get_quant_method`` for the layer it builds from it
+(``model.layers.43.ffn.experts``); the *parameter prefix* is where that layer's
+parameters live in ``named_parameters()`` (``model.layers.43.mtp_block.ffn.
+experts.routed_experts``). The three differ for draft modules, which is why an
+ignore pattern written against one of them silently misses the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from specguard.layouts import roles as r
+from specguard.layouts.names import layer_index, module_name
+
+VLLM = "vllm"
+SGLANG = "sglang"
+ENGINES = (VLLM, SGLANG)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one checkpoint module ends up inside an engine.
+
+    ``runtime_prefix`` is the canonical quant prefix (``model.`` root);
+    ``runtime_prefixes`` lists every quant prefix some build of the engine uses
+    for it (the canonical one first; DSpark builds with an empty root; a DSpark
+    ``attn.wkv`` also feeds ``context_wkv_proj``).
+    """
+
+    checkpoint_name: str
+    role: r.Role
+    kind: str
+    runtime_prefix: str
+    runtime_prefixes: tuple[str, ...]
+    parameter_prefix: str
+
+
+class Layout:
+    """Naming rules of one model family, for one engine.
+
+    Subclasses implement ``_place`` (checkpoint module -> Placement) and may
+    extend ``_runtime_role`` (roles of runtime-only names such as DSpark's
+    ``model.main_proj``). Everything else is shared.
+    """
+
+    family = "generic"
+
+    def __init__(
+        self,
+        num_hidden_layers: int,
+        num_draft_layers: int = 0,
+        draft_kind: str | None = None,
+        *,
+        engine: str = VLLM,
+    ) -> None:
+        if num_hidden_layers < 0 or num_draft_layers < 0:
+            raise ValueError("layer counts must be >= 0")
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+        if draft_kind is not None and draft_kind not in r.DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {draft_kind!r}; expected one of {r.DRAFT_KINDS}")
+        self.num_hidden_layers = num_hidden_layers
+        self.num_draft_layers = num_draft_layers
+        self.draft_kind = draft_kind
+        self.engine = engine
+        self._cache: dict[str, Placement] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_hidden_layers={self.num_hidden_layers}, "
+            f"num_draft_layers={self.num_draft_layers}, draft_kind={self.draft_kind!r}, "
+            f"engine={self.engine!r})"
+        )
+
+    # -- public API -------------------------------------------------------
+
+    @property
+    def draft_layers(self) -> range:
+        """Runtime layer indices of the draft layers (``N .. N+K-1``)."""
+        n = self.num_hidden_layers
+        return range(n, n + self.num_draft_layers)
+
+    def place(self, name: str) -> Placement:
+        """Placement of a checkpoint module (a tensor name is reduced to its module)."""
+        module = module_name(name)
+        hit = self._cache.get(module)
+        if hit is None:
+            hit = self._cache[module] = self._place(module)
+        return hit
+
+    def role(self, name: str) -> r.Role:
+        """Role of a checkpoint name *or* a runtime prefix.
+
+        Both spellings answer the same: a runtime layer index >= N is draft,
+        whatever root the prefix has.
+        """
+        role = self._runtime_role(name)
+        if role is not None:
+            return role
+        return self.place(name).role
+
+    def runtime_prefix(self, name: str) -> str:
+        """Quant prefix the engine's ``get_quant_method`` sees for a checkpoint module.
+
+        Routed experts collapse to the layer (``...ffn.experts``); fused shards
+        to the fused module (``attn.wq_a`` -> ``attn.fused_wqa_wkv``).
+        """
+        return self.place(name).runtime_prefix
+
+    def runtime_prefixes(self, name: str) -> tuple[str, ...]:
+        """Every quant prefix some build uses for this checkpoint module."""
+        return self.place(name).runtime_prefixes
+
+    def parameter_prefix(self, name: str) -> str:
+        """Module path of the engine parameters this checkpoint module loads into."""
+        return self.place(name).parameter_prefix
+
+    def module_kind(self, name: str) -> str:
+        """``routed_experts`` / ``linear`` / ``embedding`` / ``head`` / ``norm`` / ``other``."""
+        return self.place(name).kind
+
+    def checkpoint_names(
+        self, runtime_prefix: str, available_names: Iterable[str], *, descendants: bool = False
+    ) -> list[str]:
+        """The available names (tensor or module names) behind a runtime prefix.
+
+        Any root variant of the prefix is accepted. With ``descendants`` a
+        parent prefix (``model.layers.43``) collects every module under it.
+        """
+        want = runtime_prefix
+        out = []
+        for name in available_names:
+            prefixes = self.place(name).runtime_prefixes
+            if want in prefixes or (
+                descendants and any(p.startswith(want + ".") for p in prefixes)
+            ):
+                out.append(name)
+        return out
+
+    def group_by_runtime_prefix(self, names: Iterable[str]) -> dict[str, list[str]]:
+        """Names grouped by canonical runtime prefix, in first-seen order."""
+        groups: dict[str, list[str]] = {}
+        for name in names:
+            groups.setdefault(self.place(name).runtime_prefix, []).append(name)
+        return groups
+
+    def is_draft(self, name: str) -> bool:
+        return self.role(name).is_draft
+
+    def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
+        """Checkpoint-name prefixes under which draft tensors are expected."""
+        return tuple(f"model.layers.{i}." for i in self.draft_layers)
+
+    # -- family hooks -----------------------------------------------------
+
+    def _place(self, module: str) -> Placement:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _runtime_role(self, name: str) -> r.Role | None:
+        """Role decided from the runtime spelling alone, or None to ask ``_place``."""
+        idx = layer_index(name)
+        if idx is not None and idx >= self.num_hidden_layers:
+            return self._draft_role(idx - self.num_hidden_layers)
+        return None
+
+    # -- helpers for subclasses -------------------------------------------
+
+    def _draft_role(self, i: int | None) -> r.Role:
+        layer = None if i is None else self.num_hidden_layers + i
+        return r.Role(r.DRAFT, self.draft_kind or r.MTP, layer, i)
+
+    @staticmethod
+    def _placement(
+        module: str,
+        role: r.Role,
+        kind: str,
+        prefix: str,
+        parameter_prefix: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> Placement:
+        prefixes = (prefix, *(p for p in extra if p != prefix))
+        return Placement(module, role, kind, prefix, prefixes, parameter_prefix or prefix)
+
+
+def join(*parts: str) -> str:
+    """Dotted join that skips empty parts (an empty root)."""
+    return ".".join(p for p in parts if p)

@@ -1,0 +1,101 @@
+"""Pick the layout for a config.json dict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specguard.layouts import roles as r
+from specguard.layouts.base import VLLM, Layout
+from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
+from specguard.layouts.generic import EagleLayout, GenericLayout
+
+DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
+DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+
+
+class LayoutError(ValueError):
+    """The config does not say enough to lay out the model."""
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language-model part of a (possibly multimodal) config.json."""
+    if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
+        return config["text_config"]
+    return config
+
+
+def draft_kind_for(method: str | None) -> str | None:
+    """Map a ``speculative_config.method`` to a draft kind (``deepseek_mtp`` -> mtp)."""
+    if method is None:
+        return None
+    m = method.lower()
+    if "dspark" in m:
+        return r.DSPARK
+    if "eagle" in m:
+        return r.EAGLE
+    if "mtp" in m or "nextn" in m:
+        return r.MTP
+    raise LayoutError(f"unknown speculative method {method!r}; expected mtp, dspark or eagle")
+
+
+def _int(config: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def layout_for(
+    config: Mapping[str, Any],
+    *,
+    draft_method: str | None = None,
+    engine: str = VLLM,
+    target_config: Mapping[str, Any] | None = None,
+) -> Layout:
+    """The layout of the model described by ``config`` (config.json as a dict).
+
+    ``draft_method`` (``mtp``/``dspark``/``eagle``) says how the draft is
+    served; without it DeepSeek-V4 configs with ``dspark_target_layer_ids`` are
+    DSpark, other configs with draft layers MTP. An EAGLE drafter is a separate
+    checkpoint: pass its config and the target's as ``target_config``.
+    """
+    cfg = text_config(config)
+    kind = draft_kind_for(draft_method)
+    model_type = str(cfg.get("model_type") or config.get("model_type") or "")
+    if kind == r.EAGLE:
+        if target_config is None:
+            raise LayoutError("an EAGLE drafter's layout needs the target's config (target_config=)")
+        n_target = _int(text_config(target_config), "num_hidden_layers")
+        if n_target is None:
+            raise LayoutError("target config has no integer num_hidden_layers")
+        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine)
+    n = _int(cfg, "num_hidden_layers")
+    if n is None:
+        raise LayoutError("config has no integer num_hidden_layers")
+    if model_type in DEEPSEEK_V4_TYPES:
+        return _deepseek_v4(cfg, config, n, kind, model_type, engine)
+    nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0
+    if model_type in DEEPSEEK_V3_TYPES:
+        mha = model_type == "deepseek" or not (cfg.get("qk_nope_head_dim") or cfg.get("qk_rope_head_dim"))
+        return DeepseekV3Layout(
+            n, nextn, r.MTP, engine=engine, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha
+        )
+    return GenericLayout(n, nextn, kind or r.MTP, engine=engine)
+
+
+def _deepseek_v4(
+    cfg: Mapping[str, Any], config: Mapping[str, Any], n: int, kind: str | None, model_type: str, engine: str
+) -> DeepseekV4Layout:
+    archs = " ".join(str(a) for a in config.get("architectures") or ())
+    if kind is None:
+        kind = r.DSPARK if ("dspark_target_layer_ids" in cfg or "DSpark" in archs) else r.MTP
+    if kind == r.DSPARK:
+        # dspark.py: ``n_mtp_layers`` or (V4.1) ``num_nextn_predict_layers`` or 3
+        k = _int(cfg, "n_mtp_layers", "num_nextn_predict_layers") or 3
+    else:
+        k = _int(cfg, "num_nextn_predict_layers") or 0
+    return DeepseekV4Layout(
+        n, k, kind, engine=engine, context_wkv=model_type in ("deepseek_v4", "deepseek_v4_text")
+    )
