@@ -68,7 +68,7 @@ class Scheme:
         if self.convention and self.convention != PLAIN:
             parts.append(self.convention)
         if self.scale_dtype and self.format in (MXFP4, MXFP8, FP8_BLOCK, AMBIGUOUS):
-            parts.append(self.scale_dtype.lower())
+            parts.append(self.scale_dtype.lower().removeprefix("f8_"))
         if self.block:
             parts.append(f"{self.block[0]}x{self.block[1]}")
         elif self.group_size:

@@ -13,8 +13,9 @@ from rich.table import Table
 
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats.table import Module, ModuleTable, classify
+from specguard.layouts import Role
 from specguard.report.runs import group_runs
-from specguard.report.sources import module_roles, open_source
+from specguard.report.sources import module_roles, open_source, role_label
 
 JSON_SCHEMA_VERSION = 1
 
@@ -25,21 +26,34 @@ def run_inspect(args: argparse.Namespace) -> int:
     roles = module_roles(table)
     if args.json:
         records = tensor_records(table) if args.tensors else module_records(table, roles)
-        json.dump({"schema": JSON_SCHEMA_VERSION, "checkpoint": ckpt.name, "records": records}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        write_json(ckpt.name, records)
         return 0
-    render(table, roles, Console())
+    render(table, roles, console())
     return 0
 
 
-def module_records(table: ModuleTable, roles: Mapping[str, str]) -> list[dict]:
+def write_json(checkpoint: str, records: list[dict]) -> None:
+    """Valid JSON with one record per line: greppable and diffable."""
+    head = json.dumps({"schema": JSON_SCHEMA_VERSION, "checkpoint": checkpoint})[:-1]
+    sys.stdout.write(head + ', "records": [\n')
+    sys.stdout.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
+    sys.stdout.write("\n]}\n")
+
+
+def console() -> Console:
+    """Full-width rows when piped (README, CI logs) instead of rich's 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
     """One record per module (schema documented in docs/json.md)."""
     out = []
     for m in table:
         sc = m.scheme
         out.append({
             "module": m.name,
-            "role": roles.get(m.name, "main"),
+            "role": roles[m.name].kind,
+            "draft_kind": roles[m.name].draft_kind,
             "format": sc.format,
             "convention": sc.convention,
             "group_size": sc.group_size,
@@ -70,9 +84,9 @@ def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
     return (m.scheme.short(), role, m.missing)
 
 
-def render(table: ModuleTable, roles: Mapping[str, str], console: Console) -> None:
+def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> None:
     ckpt: Checkpoint = table.checkpoint
-    runs = group_runs((m.name, _row_key(m, roles.get(m.name, "main")), m) for m in table)
+    runs = group_runs((m.name, _row_key(m, role_label(roles[m.name])), m) for m in table)
     t = Table(title=f"{ckpt.name} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)", title_justify="left")
     t.add_column("modules")
     t.add_column("stored as")
@@ -92,16 +106,16 @@ def render(table: ModuleTable, roles: Mapping[str, str], console: Console) -> No
     console.print(_totals(table, roles))
 
 
-def _totals(table: ModuleTable, roles: Mapping[str, str]) -> Table:
+def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
     t = Table(title="totals", title_justify="left")
     t.add_column("format")
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
     for m in table:
-        key = (m.scheme.format, roles.get(m.name, "main"))
+        key = (m.scheme.format, role_label(roles[m.name]))
         counts[key] += 1
         sizes[key] += m.nbytes
-    role_names = sorted({r for _, r in counts}, key=["main", "draft", "embedding", "head"].index)
+    role_names = sorted({r for _, r in counts}, key=_role_order)
     for r in role_names:
         t.add_column(r, justify="right")
     for fmt in sorted({f for f, _ in counts}):
@@ -110,6 +124,12 @@ def _totals(table: ModuleTable, roles: Mapping[str, str]) -> Table:
         ]
         t.add_row(fmt, *cells)
     return t
+
+
+def _role_order(label: str) -> tuple[int, str]:
+    order = ("main", "draft", "embedding", "head")
+    first = label.split(" ")[0]
+    return (order.index(first) if first in order else len(order), label)
 
 
 def human_bytes(n: int) -> str:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.formats.table import ModuleTable
+from specguard.layouts import Role, layout_for
 
 SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
@@ -49,9 +50,12 @@ def open_source(args: argparse.Namespace) -> Checkpoint:
     return open_path(args.source, revision=args.revision, remote=args.remote)
 
 
-def module_roles(table: ModuleTable) -> dict[str, str]:
+def module_roles(table: ModuleTable) -> dict[str, Role]:
     """Role of every module (main / draft / embedding / head), from the layout rules."""
-    from specguard.layouts import layout_for
-
     layout = layout_for(dict(table.checkpoint.config or {}))
-    return {m.name: str(layout.role(m.name)) for m in table}
+    return {m.name: layout.role(m.name) for m in table}
+
+
+def role_label(role: Role) -> str:
+    """``main``, ``embedding``, ``head`` or ``draft (mtp)``: one label per run of layers."""
+    return f"draft ({role.draft_kind})" if role.is_draft and role.draft_kind else role.kind
