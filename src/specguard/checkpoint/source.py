@@ -59,14 +59,22 @@ class Checkpoint:
         return np.frombuffer(raw, dtype).reshape(t.shape)
 
     def read_bytes(self, name: str) -> bytes:
+        return self.read_bytes_range(name, self.tensors[name].nbytes)
+
+    def read_bytes_range(self, name: str, length: int) -> bytes:
+        """The first ``length`` bytes of a tensor (content rules sample scales)."""
         t = self.tensors[name]
         if self.root is None:
             raise CheckpointError(f"{self.name} [{name}]", "tensor bytes are not read from a remote checkpoint")
-        with open(self.root / t.file, "rb") as f:
-            f.seek(t.offsets[0])
-            raw = f.read(t.nbytes)
-        if len(raw) != t.nbytes:
-            raise CheckpointError(f"{t.file} [{name}]", f"truncated: {len(raw)} of {t.nbytes} bytes")
+        length = min(length, t.nbytes)
+        try:
+            with open(self.root / t.file, "rb") as f:
+                f.seek(t.offsets[0])
+                raw = f.read(length)
+        except OSError as e:
+            raise CheckpointError(f"{t.file} [{name}]", f"cannot read: {e.strerror or e}") from e
+        if len(raw) != length:
+            raise CheckpointError(f"{t.file} [{name}]", f"truncated: {len(raw)} of {length} bytes")
         self.bytes_read[0] += len(raw)
         return raw
 

@@ -26,13 +26,14 @@ INT8_GROUP = "int8_group"
 INT8_CHANNEL = "int8_channel"
 FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
 PLAIN_OTHER = "plain"  # a non-float standalone tensor (ids, masks)
+MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
 UNKNOWN = "unknown"
 AMBIGUOUS = "ambiguous"
 
 UNQUANTIZED = frozenset({BF16, FP16, FP32, PLAIN_OTHER})
 FORMATS = (
     BF16, FP16, FP32, FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4, MXFP8,
-    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, FP8_KV, PLAIN_OTHER, UNKNOWN, AMBIGUOUS,
+    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, FP8_KV, PLAIN_OTHER, MIXED, UNKNOWN, AMBIGUOUS,
 )
 
 # Conventions: who wrote the tensors, which decides names and scale meaning.
