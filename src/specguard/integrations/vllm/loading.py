@@ -1,0 +1,140 @@
+"""Around vLLM's model loads: log the routing decisions, guard the draft's weight load.
+
+``BaseModelLoader.load_model`` builds a model and loads its weights; vLLM calls
+it once for the target and once per draft model (MTP, DSpark, EAGLE) with the
+draft's ``ModelConfig``. The wrapper marks draft loads, so the wrapped
+``DefaultModelLoader.load_weights`` runs them under LoadGuard, and logs what the
+routing changed once the model is built.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from specguard.integrations.vllm import report, routing
+from specguard.integrations.vllm.settings import FIX, RAISE, Settings
+
+log = logging.getLogger("vllm.specguard")
+
+_draft_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "specguard_draft_source", default=None
+)
+_settings = Settings()
+
+
+def configure(settings: Settings) -> None:
+    global _settings
+    _settings = settings
+
+
+def emit_decisions() -> list[str]:
+    """Log (and return) the lines for every routing decision not logged yet."""
+    out = report.lines(routing.take_decisions())
+    for line in out:
+        log.info(line) if "-> routed" in line else log.warning(line)
+    return out
+
+
+def is_draft_load(vllm_config: Any, model_config: Any) -> bool:
+    """vLLM loads a draft with the draft's ModelConfig next to the target's VllmConfig."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is None or model_config is None:
+        return False
+    return model_config is getattr(spec, "draft_model_config", None) or (
+        model_config is not getattr(vllm_config, "model_config", None)
+    )
+
+
+def wrap_load_model(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kw: Any) -> Any:
+        draft = is_draft_load(vllm_config, model_config)
+        token = _draft_source.set(str(model_config.model) if draft else None)
+        try:
+            return original(self, vllm_config, model_config, *args, **kw)
+        finally:
+            _draft_source.reset(token)
+            emit_decisions()
+
+    return load_model
+
+
+def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def load_weights(self: Any, model: Any, model_config: Any, *args: Any, **kw: Any) -> Any:
+        if _draft_source.get() is None or _settings.mode != FIX:
+            return original(self, model, model_config, *args, **kw)
+        emit_decisions()  # the draft is built: say what was routed before loading it
+        with DraftGuard(model, _settings.guard):
+            return original(self, model, model_config, *args, **kw)
+
+    return load_weights
+
+
+class DraftLoadError(RuntimeError):
+    """The draft model's weight load left parameters unwritten (SPECGUARD_VLLM_GUARD=raise)."""
+
+    def __init__(self, load_report: Any) -> None:
+        names = load_report.names()
+        shown = ", ".join(names[:8]) + (f" (+{len(names) - 8} more)" if len(names) > 8 else "")
+        super().__init__(
+            f"specguard: the draft model's weight load left {len(names)} parameter(s) unwritten "
+            f"or invalid: {shown}. Serving it would give near-zero draft acceptance. "
+            f"Set SPECGUARD_VLLM_GUARD=warn to only log this.\n{load_report}"
+        )
+        self.report = load_report
+
+
+class DraftGuard:
+    """LoadGuard over the parameters of the draft's linear and routed-expert layers.
+
+    Only those layers carry quantization parameters a checkpoint must fill;
+    embeddings and heads may be shared with the target after the load, and
+    KV-cache scales legitimately keep their defaults.
+    """
+
+    def __init__(self, model: Any, policy: str) -> None:
+        self.model = model
+        self.policy = policy
+        self.report: Any = None
+        self._guard: Any = None
+
+    def __enter__(self) -> DraftGuard:
+        from specguard.guard import LoadGuard
+
+        include = guarded_patterns(self.model)
+        self._guard = LoadGuard(self.model, policy="report", include=include, buffers=False)
+        self._guard.__enter__()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        self._guard.__exit__(exc_type, exc, tb)
+        if exc_type is not None:
+            return False
+        self.report = self._guard.report
+        if self.report.ok:
+            log.info("specguard: draft weights: %s", self.report.summary())
+            return False
+        log.error("specguard: draft weights: %s\n%s", self.report.summary(), self.report)
+        if self.policy == RAISE:
+            raise DraftLoadError(self.report)
+        return False
+
+
+def guarded_patterns(model: Any) -> list[str]:
+    """fnmatch patterns for the parameters of every quantizable layer of ``model``."""
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+    from vllm.model_executor.layers.linear import LinearBase
+
+    out = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (RoutedExperts, LinearBase)):
+            continue
+        if getattr(getattr(module, "quant_method", None), "uses_meta_device", False):
+            continue  # online quantization: parameters do not come from the checkpoint
+        out.append(f"{name}.*" if name else "*")
+    return out

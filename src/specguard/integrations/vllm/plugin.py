@@ -1,0 +1,176 @@
+"""Install / uninstall the patches; ``register`` is vLLM's plugin entry point.
+
+What is patched (each when vLLM imports the module, see ``hooks``):
+
+* ``DeepseekV4FP8Config.get_quant_method`` of ``vllm.models.deepseek_v4`` (CPU,
+  XPU registry) and ``vllm.models.deepseek_v41`` (CUDA/ROCm registry), plus
+  V4.1's ``_is_nvfp4_expert_layer``; ``CompressedTensorsConfig.get_quant_method``
+  (llm-compressor checkpoints whose draft tower is BF16).
+* ``VllmConfig._get_quantization_config``: tags each quant config with the
+  checkpoint it was built from, so a separate drafter routes by its own disk.
+* ``BaseModelLoader.load_model`` / ``DefaultModelLoader.load_weights``: the
+  start-up log and the LoadGuard around the draft model's weight load.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+from specguard.integrations.vllm import hooks
+from specguard.integrations.vllm.settings import (
+    GUARD_ENV,
+    MODE_ENV,
+    OFF,
+    Settings,
+    SettingsError,
+    read_settings,
+    version_supported,
+)
+
+log = logging.getLogger("vllm.specguard")
+
+V4_QUANT = "vllm.models.deepseek_v4.quant_config"
+V41_QUANT = "vllm.models.deepseek_v41.quant_config"
+CT_QUANT = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"
+VLLM_CONFIG = "vllm.config.vllm"
+BASE_LOADER = "vllm.model_executor.model_loader.base_loader"
+DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
+
+_patches = hooks.Patches()
+_lock = threading.Lock()
+_active: Settings | None = None
+
+
+def register() -> None:
+    """``vllm.general_plugins`` entry point: cheap, idempotent, never raises."""
+    try:
+        settings = read_settings()
+    except SettingsError as exc:
+        log.warning("specguard: %s; plugin inactive, vLLM's routing is unchanged", exc)
+        return
+    if settings.mode == OFF:
+        log.info("specguard: %s=off; vLLM's routing is unchanged", MODE_ENV)
+        return
+    version = vllm_version()
+    if version is None or not version_supported(version):
+        log.warning(
+            "specguard: vLLM %s is not a version this plugin was tested against (0.33.x); "
+            "plugin inactive, vLLM's routing is unchanged", version or "(not installed)",
+        )
+        return
+    if install(settings):
+        log.info(
+            "specguard: vLLM %s plugin active (%s=%s, %s=%s)",
+            version, MODE_ENV, settings.mode, GUARD_ENV, settings.guard,
+        )
+
+
+def vllm_version() -> str | None:
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def active() -> Settings | None:
+    """The settings the patches run with, or None when not installed."""
+    return _active
+
+
+def install(settings: Settings | None = None) -> bool:
+    """Patch vLLM (now or on import). Idempotent; False when it already was installed."""
+    global _active
+    settings = settings or Settings()
+    from specguard.integrations.vllm import loading, routing
+
+    with _lock:
+        routing.configure(settings)
+        loading.configure(settings)
+        if _active is not None:
+            _active = settings
+            return False
+        _active = settings
+        hooks.when_imported(V4_QUANT, _patch_v4)
+        hooks.when_imported(V41_QUANT, _patch_v41)
+        hooks.when_imported(CT_QUANT, _patch_compressed_tensors)
+        hooks.when_imported(VLLM_CONFIG, _patch_vllm_config)
+        hooks.when_imported(BASE_LOADER, _patch_base_loader)
+        hooks.when_imported(DEFAULT_LOADER, _patch_default_loader)
+        return True
+
+
+def uninstall() -> None:
+    """Restore every patched vLLM attribute and drop pending import hooks."""
+    global _active
+    with _lock:
+        hooks.cancel_pending()
+        _patches.undo()
+        _active = None
+
+
+@contextmanager
+def installed(settings: Settings | None = None) -> Iterator[None]:
+    """Patched within the block (tests, notebooks); restored after."""
+    install(settings)
+    try:
+        yield
+    finally:
+        uninstall()
+
+
+def _patch_v4(module: ModuleType) -> None:
+    from specguard.integrations.vllm import routing
+
+    _patches.replace(module.DeepseekV4FP8Config, "get_quant_method", routing.wrap_get_quant_method)
+
+
+def _patch_v41(module: ModuleType) -> None:
+    from specguard.integrations.vllm import routing
+
+    cls = module.DeepseekV4FP8Config
+    _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method)
+    _patches.replace(cls, "_is_nvfp4_expert_layer", routing.wrap_is_nvfp4_expert_layer)
+
+
+def _patch_compressed_tensors(module: ModuleType) -> None:
+    from specguard.integrations.vllm import routing
+
+    _patches.replace(module.CompressedTensorsConfig, "get_quant_method", routing.wrap_get_quant_method)
+
+
+def _patch_vllm_config(module: ModuleType) -> None:
+    _patches.replace(module.VllmConfig, "_get_quantization_config", _tagging)
+
+
+def _tagging(original: Any) -> Any:
+    """Wrap the static ``_get_quantization_config`` to tag its result with the checkpoint."""
+    from specguard.integrations.vllm import routing
+
+    fn: Callable[..., Any] = original.__func__ if isinstance(original, staticmethod) else original
+
+    @functools.wraps(fn)
+    def _get_quantization_config(model_config: Any, load_config: Any) -> Any:
+        quant_config = fn(model_config, load_config)
+        routing.tag_source(quant_config, model_config)
+        return quant_config
+
+    return staticmethod(_get_quantization_config)
+
+
+def _patch_base_loader(module: ModuleType) -> None:
+    from specguard.integrations.vllm import loading
+
+    _patches.replace(module.BaseModelLoader, "load_model", loading.wrap_load_model)
+
+
+def _patch_default_loader(module: ModuleType) -> None:
+    from specguard.integrations.vllm import loading
+
+    _patches.replace(module.DefaultModelLoader, "load_weights", loading.wrap_load_weights)

@@ -1,0 +1,221 @@
+"""The patched ``get_quant_method``: keep vLLM's choice where the disk agrees, else route by disk.
+
+For every routed-expert and linear layer vLLM builds, the wrapper asks vLLM
+first (its own rules, unpatched), asks specguard what the checkpoint stores
+behind the same runtime prefix, and only when both answers are known and
+differ returns the method for the stored format (``fix``) or records the
+difference (``log``). Every difference becomes a ``Decision`` for the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from specguard.integrations.vllm import disk, methods
+from specguard.integrations.vllm.settings import FIX, Settings
+
+SOURCE_ATTR = "_specguard_source"  # set on quant configs built from a known checkpoint
+REKEYED_ATTR = "_specguard_mtp_rekeyed"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One layer where vLLM's choice and the disk disagree."""
+
+    prefix: str  # runtime prefix vLLM passed to get_quant_method
+    kind: str  # experts | linear
+    role: str  # main | draft
+    stored: str  # format on disk
+    vllm: str  # format of the method vLLM chose
+    routed: str | None  # format of the method returned; None: vLLM's kept
+    source: str  # checkpoint the answer came from
+    checkpoint_names: tuple[str, ...] = ()
+    note: str = ""
+
+
+class _State(threading.local):
+    vanilla = False  # True while asking vLLM's unpatched rules
+
+
+_state = _State()
+_settings = Settings()
+_decisions: list[Decision] = []
+_decisions_lock = threading.Lock()
+
+
+def configure(settings: Settings) -> None:
+    global _settings
+    _settings = settings
+
+
+def take_decisions() -> list[Decision]:
+    """Decisions recorded since the last call (the log drains them after each model load)."""
+    with _decisions_lock:
+        out = list(_decisions)
+        _decisions.clear()
+    return out
+
+
+def _record(decision: Decision) -> None:
+    with _decisions_lock:
+        _decisions.append(decision)
+
+
+@contextmanager
+def vanilla() -> Iterator[None]:
+    """Within this block, patched helpers answer as vLLM 0.33 does."""
+    before = _state.vanilla
+    _state.vanilla = True
+    try:
+        yield
+    finally:
+        _state.vanilla = before
+
+
+def wrap_get_quant_method(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get_quant_method(self: Any, layer: Any, prefix: str) -> Any:
+        if _state.vanilla:
+            return original(self, layer, prefix)
+        kind = methods.layer_kind(layer)
+        if kind is None:
+            return original(self, layer, prefix)
+        if _settings.mode == FIX:
+            rekey_mtp_entries(self, prefix)
+        return route(self, layer, prefix, kind, original)
+
+    return get_quant_method
+
+
+def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., bool]:
+    """V4.1's NVFP4-or-MXFP4 switch for expert layers, answered by the disk in ``fix`` mode."""
+
+    @functools.wraps(original)
+    def _is_nvfp4_expert_layer(self: Any, prefix: str) -> bool:
+        if _state.vanilla or _settings.mode != FIX:
+            return original(self, prefix)
+        answer = disk.stored(checkpoint_of(self), prefix)
+        if answer is not None and answer.format in ("nvfp4", "mxfp4"):
+            return answer.format == "nvfp4"
+        return original(self, prefix)
+
+    return _is_nvfp4_expert_layer
+
+
+def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..., Any]) -> Any:
+    """vLLM's method for ``layer`` unless the disk stores another format (see module doc)."""
+    source = checkpoint_of(config)
+    answer = disk.stored(source, prefix) if source else None
+    try:
+        with vanilla():
+            chosen = original(config, layer, prefix)
+    except Exception as exc:
+        # vLLM's own choice cannot even be built here (e.g. no kernel for it on this
+        # device); route by the disk when it knows, else fail as vLLM would.
+        if answer is None or _settings.mode != FIX:
+            raise
+        return _replace(config, layer, prefix, kind, answer, f"error: {type(exc).__name__}", source)
+    if answer is None:
+        return chosen
+    vllm_format = methods.built_format(chosen, layer)
+    if vllm_format is None or methods.family(answer.format) == methods.family(vllm_format):
+        return chosen
+    if _settings.mode != FIX:
+        _record(_decision(prefix, kind, answer, vllm_format, None, source, "SPECGUARD_VLLM=log"))
+        return chosen
+    replacement = _replace(config, layer, prefix, kind, answer, vllm_format, source)
+    return chosen if replacement is None else replacement
+
+
+def _replace(
+    config: Any, layer: Any, prefix: str, kind: str, answer: disk.Stored, vllm_format: str,
+    source: str,
+) -> Any | None:
+    method = methods.build_method(answer.scheme, kind, config, layer, prefix)
+    if method is None:
+        _record(_decision(prefix, kind, answer, vllm_format, None, source, "no vLLM method for it"))
+        return None
+    if getattr(layer, "scheme", None) is not None and type(method).__name__.startswith("Unquantized"):
+        del layer.scheme  # compressed-tensors tags the layer with the scheme it chose
+    _record(_decision(prefix, kind, answer, vllm_format, methods.built_format(method, layer), source))
+    return method
+
+
+def _decision(
+    prefix: str, kind: str, answer: disk.Stored, vllm_format: str, routed: str | None, source: str,
+    note: str = "",
+) -> Decision:
+    return Decision(
+        prefix, kind, answer.role, answer.format, vllm_format, routed, source,
+        answer.checkpoint_names, note,
+    )
+
+
+def checkpoint_of(config: Any) -> str | None:
+    """The checkpoint a quant config was built from: its tag, else the model being loaded."""
+    tagged = getattr(config, SOURCE_ATTR, None)
+    if tagged:
+        return str(tagged)
+    vllm_config = _current_vllm_config()
+    model_config = getattr(vllm_config, "model_config", None)
+    model = getattr(model_config, "model", None)
+    return str(model) if model else None
+
+
+def tag_source(quant_config: Any, model_config: Any) -> None:
+    """Remember which checkpoint ``quant_config`` describes (the target's or a drafter's)."""
+    model = getattr(model_config, "model", None)
+    if quant_config is not None and model:
+        # A config class with __slots__ stays untagged: the current model is used then.
+        with contextlib.suppress(AttributeError):
+            setattr(quant_config, SOURCE_ATTR, str(model))
+
+
+def rekey_mtp_entries(config: Any, prefix: str) -> None:
+    """Re-key ``mtp.{i}.`` ignore entries onto ``model.layers.{N+i}.`` once per config.
+
+    vLLM 0.33 does this (``align_mtp_quant_config``) only when it builds the MTP
+    draft on ROCm; elsewhere such entries never match a runtime prefix.
+    """
+    if getattr(config, REKEYED_ATTR, False) or not hasattr(config, "apply_vllm_mapper"):
+        return
+    from vllm.platforms import current_platform
+
+    if current_platform.is_rocm():
+        return  # vLLM's ROCm MTP model re-keys the entries itself
+    hf_config = _hf_text_config()
+    n = getattr(hf_config, "num_hidden_layers", None)
+    if n is None or not _is_draft_prefix(prefix, n):
+        return
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    drafts = max(int(getattr(hf_config, "num_nextn_predict_layers", 0) or 0),
+                 int(getattr(hf_config, "n_mtp_layers", 0) or 0), 1)
+    mapping: dict[str, str | None] = {}
+    for i in range(drafts):
+        mapping[f"model.mtp.{i}."] = f"model.layers.{n + i}."
+        mapping[f"mtp.{i}."] = f"model.layers.{n + i}."
+    config.apply_vllm_mapper(WeightsMapper(orig_to_new_prefix=mapping))
+    setattr(config, REKEYED_ATTR, True)
+
+
+def _is_draft_prefix(prefix: str, num_hidden_layers: int) -> bool:
+    index = disk.layer_index(prefix)
+    return index is not None and index >= num_hidden_layers
+
+
+def _current_vllm_config() -> Any:
+    from vllm.config import get_current_vllm_config_or_none
+
+    return get_current_vllm_config_or_none()
+
+
+def _hf_text_config() -> Any:
+    model_config = getattr(_current_vllm_config(), "model_config", None)
+    return getattr(model_config, "hf_text_config", None) if model_config is not None else None

@@ -1,0 +1,62 @@
+"""What the plugin does in this process: read once from the environment.
+
+``SPECGUARD_VLLM=off|log|fix`` (default ``fix``): ``off`` patches nothing,
+``log`` patches but only logs where vLLM's choice differs from the disk,
+``fix`` routes each module by what is stored.
+``SPECGUARD_VLLM_GUARD=raise|warn`` (default ``raise``): what the LoadGuard
+around the draft model's weight load does with a parameter the load never wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MODE_ENV = "SPECGUARD_VLLM"
+GUARD_ENV = "SPECGUARD_VLLM_GUARD"
+
+OFF, LOG, FIX = "off", "log", "fix"
+MODES = (OFF, LOG, FIX)
+RAISE, WARN = "raise", "warn"
+GUARD_POLICIES = (RAISE, WARN)
+
+# The vLLM minor versions whose routing code the patches were written and tested against.
+SUPPORTED_VLLM = ((0, 33),)
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = FIX
+    guard: str = RAISE
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the plugin does not know."""
+
+
+def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``environ`` (default ``os.environ``); unknown values raise SettingsError."""
+    env = os.environ if environ is None else environ
+    mode = _choice(env, MODE_ENV, MODES, FIX)
+    guard = _choice(env, GUARD_ENV, GUARD_POLICIES, RAISE)
+    return Settings(mode, guard)
+
+
+def _choice(env: Mapping[str, str], key: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = env.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in allowed:
+        raise SettingsError(f"{key}={env[key]!r} is not one of {'|'.join(allowed)}")
+    return raw
+
+
+def version_supported(version: str) -> bool:
+    """True for the vLLM releases the patches target (``0.33.0``, ``0.33.1rc1``, ...)."""
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) in SUPPORTED_VLLM

@@ -1,0 +1,82 @@
+"""Fixtures for the vLLM plugin tests: real vLLM 0.33 configs and layers, built once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integrations import checkpoints, vllm_harness
+
+vllm_harness.set_cpu_env()  # before anything imports vLLM
+
+
+@pytest.fixture(scope="session")
+def ckpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-ckpts")
+
+
+@pytest.fixture(scope="session")
+def s1_dir(ckpt_root: Path) -> Path:
+    return checkpoints.s1(ckpt_root / "s1")
+
+
+@pytest.fixture(scope="session")
+def s1_ignore_dir(ckpt_root: Path) -> Path:
+    return checkpoints.s1(ckpt_root / "s1-ignore", ignore=["mtp.*"])
+
+
+@pytest.fixture(scope="session")
+def s3_dir(ckpt_root: Path) -> Path:
+    return checkpoints.s3(ckpt_root / "s3")
+
+
+@pytest.fixture(scope="session")
+def s8_dir(ckpt_root: Path) -> Path:
+    return checkpoints.s8_nvfp4(ckpt_root / "s8-nvfp4")
+
+
+@pytest.fixture(scope="session")
+def cpu_vllm() -> Iterator[None]:
+    """Kernel-availability checks off for the session (see vllm_harness)."""
+    with vllm_harness.cpu_kernel_checks_off():
+        yield
+
+
+def _mtp_config(model: Path) -> Any:
+    cfg = vllm_harness.engine_config(str(model), {"method": "mtp", "num_speculative_tokens": 1})
+    vllm_harness.init_single_rank(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def s1_mtp(s1_dir: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(s1_dir)
+
+
+@pytest.fixture(scope="session")
+def s1_ignore_mtp(s1_ignore_dir: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(s1_ignore_dir)
+
+
+@pytest.fixture(scope="session")
+def s3_mtp(s3_dir: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(s3_dir)
+
+
+@pytest.fixture(scope="session")
+def s8_mtp(s8_dir: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(s8_dir)
+
+
+@pytest.fixture
+def plugin() -> Iterator[None]:
+    """The plugin installed in fix mode for one test, vLLM restored after."""
+    from specguard.integrations.vllm import installed, routing
+
+    routing.take_decisions()
+    with installed():
+        yield
+    routing.take_decisions()

@@ -1,0 +1,144 @@
+"""vLLM 0.33's own quant configs and layers, routing DeepSeek-V4 draft modules, with and without specguard.
+
+"cpu" is the class vLLM's registry returns on this machine
+(vllm.models.deepseek_v4.quant_config); "cuda" the one it returns on CUDA/ROCm
+(vllm.models.deepseek_v41.quant_config). Both route every expert layer by the
+checkpoint's global ``moe_quant_algo``; V4.1 honours a ModelOpt-style ``ignore``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specguard.integrations.vllm import routing
+from tests.integrations import vllm_harness as H
+
+NVFP4 = "ModelOptNvFp4FusedMoE"
+MXFP4 = "Mxfp4MoEMethod"
+N = 2  # num_hidden_layers of the test checkpoints: the draft layer is 2
+DRAFT_PREFIXES = ("model.layers.2.ffn", "layers.2.ffn")  # MTP root, DSpark empty root
+REGISTRIES = ("cpu", "cuda")
+
+
+def experts_method(cfg: Any, registry: str, ffn_prefix: str) -> tuple[str, Any]:
+    quant = H.quant_config(cfg, registry)
+    experts = H.routed_experts(H.build_moe(cfg, quant, ffn_prefix))
+    return H.method_name(experts), experts
+
+
+def test_registry_gives_the_v4_class_on_cpu_and_the_v41_class_on_cuda(s1_mtp: Any) -> None:
+    cpu, cuda = (type(H.quant_config(s1_mtp, r)) for r in REGISTRIES)
+    assert cpu.__module__ == "vllm.models.deepseek_v4.quant_config"
+    assert cuda.__module__ == "vllm.models.deepseek_v41.quant_config"
+    assert cpu.__name__ == cuda.__name__ == "DeepseekV4FP8Config"
+
+
+# --- before: vLLM alone ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
+def test_before_s1_draft_experts_are_built_nvfp4(s1_mtp: Any, registry: str, prefix: str) -> None:
+    name, experts = experts_method(s1_mtp, registry, prefix)
+    assert experts.layer_name == f"{prefix}.experts"
+    assert name == NVFP4  # the disk holds MXFP4 there
+
+
+@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
+def test_before_modelopt_ignore_routes_draft_mxfp4_only_on_the_cuda_class(
+    s1_ignore_mtp: Any, prefix: str
+) -> None:
+    assert experts_method(s1_ignore_mtp, "cuda", prefix)[0] == MXFP4
+    assert experts_method(s1_ignore_mtp, "cuda", "model.layers.0.ffn")[0] == NVFP4
+    assert experts_method(s1_ignore_mtp, "cpu", prefix)[0] == NVFP4
+
+
+# --- with the plugin -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
+def test_plugin_routes_s1_draft_experts_mxfp4(
+    s1_mtp: Any, plugin: None, registry: str, prefix: str
+) -> None:
+    name, experts = experts_method(s1_mtp, registry, prefix)
+    assert name == MXFP4
+    layout = H.param_layout(experts)
+    assert layout["w13_weight"] == ("uint8", (4, 256, 128))  # [E, 2I, H/2] packed E2M1
+    assert layout["w13_weight_scale"] == ("uint8", (4, 256, 8))  # [E, 2I, H/32] E8M0
+    assert layout["w2_weight_scale"] == ("uint8", (4, 256, 4))
+    assert not {"w13_weight_scale_2", "w13_input_scale"} & set(layout)
+    (d,) = routing.take_decisions()
+    assert (d.prefix, d.role, d.stored, d.vllm, d.routed) == (
+        f"{prefix}.experts", "draft", "mxfp4", "nvfp4", "mxfp4",
+    )
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_plugin_keeps_s1_main_experts_nvfp4(s1_mtp: Any, plugin: None, registry: str) -> None:
+    for layer in range(N):
+        assert experts_method(s1_mtp, registry, f"model.layers.{layer}.ffn")[0] == NVFP4
+    assert routing.take_decisions() == []
+
+
+def test_plugin_agrees_with_v41_ignore_and_records_nothing(s1_ignore_mtp: Any, plugin: None) -> None:
+    assert experts_method(s1_ignore_mtp, "cuda", "model.layers.2.ffn")[0] == MXFP4
+    assert routing.take_decisions() == []
+
+
+def test_log_mode_changes_nothing_and_records_the_difference(s1_mtp: Any) -> None:
+    from specguard.integrations.vllm import installed
+    from specguard.integrations.vllm.settings import LOG, Settings
+
+    routing.take_decisions()
+    with installed(Settings(mode=LOG)):
+        name, _ = experts_method(s1_mtp, "cuda", "model.layers.2.ffn")
+        decisions = routing.take_decisions()
+    assert name == NVFP4
+    assert [(d.stored, d.vllm, d.routed) for d in decisions] == [("mxfp4", "nvfp4", None)]
+
+
+def test_v41_is_nvfp4_expert_layer_answers_from_disk(s1_mtp: Any, plugin: None) -> None:
+    from vllm.config import set_current_vllm_config
+
+    quant = H.quant_config(s1_mtp, "cuda")
+    with set_current_vllm_config(s1_mtp):
+        assert quant._is_nvfp4_expert_layer("model.layers.0.ffn.experts") is True
+        assert quant._is_nvfp4_expert_layer("model.layers.2.ffn.experts") is False
+        with routing.vanilla():  # what vLLM 0.33 itself answers
+            assert quant._is_nvfp4_expert_layer("model.layers.2.ffn.experts") is True
+
+
+# --- S3 / S8: nothing to correct, nothing changes --------------------------------------
+
+
+def _layers(cfg: Any, registry: str) -> dict[str, tuple[str, dict]]:
+    quant = H.quant_config(cfg, registry)
+    out = {}
+    for ffn in ("model.layers.0.ffn", "model.layers.2.ffn", "layers.2.ffn"):
+        moe = H.build_moe(cfg, quant, ffn)
+        out[ffn] = (H.method_name(H.routed_experts(moe)), H.param_layout(moe))
+    for proj in ("model.layers.2.e_proj", "model.layers.2.h_proj"):
+        lin = H.build_linear(cfg, quant, proj)
+        out[proj] = (H.method_name(lin), H.param_layout(lin))
+    return out
+
+
+@pytest.mark.parametrize("scenario", ["s3_mtp", "s8_mtp"])
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_plugin_changes_nothing_on_clean_checkpoints(
+    request: pytest.FixtureRequest, scenario: str, registry: str
+) -> None:
+    from specguard.integrations.vllm import installed
+
+    cfg = request.getfixturevalue(scenario)
+    before = _layers(cfg, registry)
+    routing.take_decisions()
+    with installed():
+        after = _layers(cfg, registry)
+        assert routing.take_decisions() == []
+    assert after == before
+    expected = MXFP4 if scenario == "s3_mtp" else NVFP4
+    assert {m for m, _ in before.values()} == {expected, "Fp8LinearMethod"}

@@ -1,0 +1,165 @@
+"""Build vLLM 0.33's real config objects and layers on a CPU-only machine.
+
+Everything here is vLLM's own code path: ``EngineArgs.create_engine_config``
+for the VllmConfig, ``VllmConfig.get_quantization_config`` for the quant
+config (with the registry asked as on CUDA for the V4.1 class), and the
+NVIDIA ``DeepseekV4MoE`` / ``ReplicatedLinear`` layers, which call
+``get_quant_method`` exactly as they do when serving.
+
+What is bent to make that possible on CPU is listed in ``cpu_kernel_checks_off``:
+only kernel-availability checks, never a routing decision; no kernel runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# vLLM reads these when first imported; the conftest sets them before any test
+# module imports vLLM. VLLM_PLUGINS="" keeps EngineArgs from loading installed
+# plugins, so "before" results are vLLM's alone.
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "", "VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+def set_cpu_env() -> None:
+    for key, value in CPU_ENV.items():
+        os.environ[key] = value
+
+
+def engine_config(model: str, speculative: dict | None = None) -> Any:
+    """The VllmConfig ``vllm serve MODEL --speculative-config ...`` would build."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative)
+    return args.create_engine_config()
+
+
+@contextmanager
+def cuda_registry() -> Iterator[None]:
+    """Let vLLM's quantization registry answer as on CUDA (it then returns the V4.1 class)."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    original = cls.__dict__.get("is_cuda")
+    cls.is_cuda = lambda self: True  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if original is None:
+            del cls.is_cuda
+        else:
+            cls.is_cuda = original  # type: ignore[method-assign]
+
+
+def quant_config(vllm_config: Any, registry: str, model_config: Any = None) -> Any:
+    """vLLM's quant config for ``model_config`` (default: the target's), from the
+    ``cpu`` registry (vllm.models.deepseek_v4) or the ``cuda`` one (deepseek_v41)."""
+    from vllm.config import VllmConfig
+
+    model_config = model_config or vllm_config.model_config
+    if registry == "cpu":
+        return VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
+    with cuda_registry():
+        return VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
+
+
+def with_quant_config(vllm_config: Any, quant: Any) -> Any:
+    """A shallow copy of ``vllm_config`` carrying ``quant`` (as vLLM's DSpark loader does)."""
+    out = copy.copy(vllm_config)
+    out.quant_config = quant
+    return out
+
+
+@contextmanager
+def cpu_kernel_checks_off() -> Iterator[None]:
+    """Make kernel selection succeed on a CPU without AMX or Triton.
+
+    vLLM picks a kernel backend while constructing a quant method or creating
+    its weights; on this machine no backend qualifies, so construction would
+    fail before any routing can be observed. These three checks answer only
+    "can this device run the kernel"; no kernel is ever called by the tests.
+    """
+    from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
+    from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
+        Nvfp4QuantizationEmulationTritonExperts,
+    )
+
+    saved = [
+        (Nvfp4QuantizationEmulationTritonExperts, "_supports_current_device"),
+        (CPUExpertsMxfp4, "_supports_current_device"),
+        (CPUFp8BlockScaledMMKernel, "is_supported"),
+    ]
+    originals = [(cls, name, cls.__dict__.get(name)) for cls, name in saved]
+    Nvfp4QuantizationEmulationTritonExperts._supports_current_device = staticmethod(lambda: True)
+    CPUExpertsMxfp4._supports_current_device = staticmethod(lambda: True)
+    CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, cc=None: (True, None))
+    try:
+        yield
+    finally:
+        for cls, name, value in originals:
+            if value is None:  # inherited: drop the override
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+
+def init_single_rank(vllm_config: Any) -> None:
+    """A one-rank gloo process group: vLLM's parallel layers ask for TP/EP ranks."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    if model_parallel_is_initialized():
+        return
+    path = tempfile.mktemp(prefix="specguard-gloo-")
+    with set_current_vllm_config(vllm_config):
+        init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",
+            backend="gloo",
+        )
+        ensure_model_parallel_initialized(1, 1)
+
+
+def build_moe(vllm_config: Any, quant: Any, ffn_prefix: str) -> Any:
+    """vLLM's (NVIDIA) DeepseekV4MoE at ``ffn_prefix``; its experts get ``{ffn_prefix}.experts``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4MoE
+
+    cfg = with_quant_config(vllm_config, quant)
+    cfg.compilation_config.static_forward_context.clear()  # layer names must be unique
+    with set_current_vllm_config(cfg):
+        return DeepseekV4MoE(cfg, prefix=ffn_prefix, num_hash_layers=0)
+
+
+def build_linear(vllm_config: Any, quant: Any, prefix: str) -> Any:
+    """A ReplicatedLinear hidden->hidden like MTP's e_proj / h_proj."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    hidden = vllm_config.model_config.hf_config.hidden_size
+    with set_current_vllm_config(vllm_config):
+        return ReplicatedLinear(
+            hidden, hidden, bias=False, return_bias=False, quant_config=quant, prefix=prefix
+        )
+
+
+def routed_experts(moe: Any) -> Any:
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+
+    return next(m for m in moe.modules() if isinstance(m, RoutedExperts))
+
+
+def method_name(layer: Any) -> str:
+    return type(layer.quant_method).__name__
+
+
+def param_layout(module: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    return {
+        n: (str(p.dtype).removeprefix("torch."), tuple(p.shape))
+        for n, p in module.named_parameters()
+    }
