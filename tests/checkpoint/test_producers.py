@@ -1,0 +1,120 @@
+"""Ground truth from tools nobody here wrote.
+
+tests/data/producers/<name>/ holds checkpoints written by llm-compressor,
+nvidia-modelopt and auto-round (scripts/producers/make_fixtures.py), each with
+an expected.json derived from the recipe handed to the tool -- not from the
+headers. Every module must classify as that recipe says.
+
+Disagreements the classifier is known to have are listed in KNOWN with the
+header facts; they run as strict xfails so a fix shows up as XPASS and the
+entry has to go.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors import safe_open
+
+from specguard.checkpoint import open_checkpoint
+from specguard.formats import classify
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "producers"
+FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "expected.json").is_file())
+
+# Suffixes the producers write after a module name (tensor = module + "." + suffix).
+PARAM_SUFFIXES = frozenset({
+    "weight", "bias", "weight_scale", "weight_scale_inv", "weight_scale_2", "input_scale",
+    "weight_packed", "weight_global_scale", "input_global_scale", "weight_zero_point",
+    "weight_g_idx", "weight_shape", "qweight", "qzeros", "scales", "g_idx", "k_scale",
+    "v_scale", "pre_quant_scale",
+})
+
+# (fixture, module) -> what the header says and why the classifier disagrees.
+_ONE_GROUP = (
+    "compressed-tensors W4A16 with in_features == group_size == 128: weight_packed I32 "
+    "[out, 16] + weight_scale BF16 [out, 1] + weight_shape I64 [2]; the classifier drops the "
+    "group size when the scale has one column, the recipe says group 128"
+)
+_W4A16_ONE_GROUP = [
+    "model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj",
+    "model.layers.0.mlp.down_proj",
+    *(f"model.layers.1.mlp.experts.{e}.down_proj" for e in range(4)),
+]
+KNOWN: dict[tuple[str, str], str] = {
+    **{("ct_w4a16", m): _ONE_GROUP for m in _W4A16_ONE_GROUP},
+    ("ct_mixed", "model.layers.0.mlp.down_proj"): _ONE_GROUP,
+}
+
+
+def _expected(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name / "expected.json").read_text())
+
+
+def _safetensors_files(name: str) -> list[Path]:
+    return sorted((DATA / name).glob("*.safetensors"))
+
+
+def _mismatch(exp: dict[str, Any], scheme: Any) -> str | None:
+    """Why the classified scheme is not what the recipe says (None when it is)."""
+    diffs = []
+    if scheme.format != exp["format"]:
+        diffs.append(f"format {scheme.format} != {exp['format']} ({scheme.reason})")
+    if "group_size" in exp and scheme.group_size != exp["group_size"]:
+        diffs.append(f"group_size {scheme.group_size} != {exp['group_size']}")
+    if "block" in exp and list(scheme.block or ()) != exp["block"]:
+        diffs.append(f"block {scheme.block} != {exp['block']}")
+    # The header cannot always name the writer (FP8 weight+weight_scale looks the
+    # same from every stack): an absent convention is fine, a wrong one is not.
+    if scheme.convention is not None and scheme.convention != exp["convention"]:
+        diffs.append(f"convention {scheme.convention} != {exp['convention']}")
+    return "; ".join(diffs) or None
+
+
+def test_fixtures_exist() -> None:
+    tools = {_expected(n)["producer"] for n in FIXTURES}
+    assert {"llm-compressor"} <= tools, tools
+    assert len(FIXTURES) >= 9
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_is_valid_safetensors(name: str) -> None:
+    """The committed files open with the reference reader and hold exactly the
+    modules the recipe's architecture has."""
+    files = _safetensors_files(name)
+    assert files, f"{name}: no safetensors file"
+    modules: set[str] = set()
+    for f in files:
+        with safe_open(f, framework="numpy") as st:
+            for key in st.keys():  # noqa: SIM118 - safe_open is not a Mapping
+                sl = st.get_slice(key)
+                assert sl.get_dtype(), key
+                stem, _, suffix = key.rpartition(".")
+                modules.add(stem if suffix in PARAM_SUFFIXES else key)
+    assert modules == set(_expected(name)["modules"])
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_module_classified_as_the_recipe_says(name: str) -> None:
+    expected = _expected(name)["modules"]
+    table = classify(open_checkpoint(DATA / name))
+    assert {m.name for m in table} == set(expected)
+    wrong = {}
+    for module in table:
+        why = _mismatch(expected[module.name], module.scheme)
+        if why and (name, module.name) not in KNOWN:
+            wrong[module.name] = why
+    assert not wrong, "\n".join(f"{k}: {v}" for k, v in sorted(wrong.items()))
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [pytest.param(n, m, marks=pytest.mark.xfail(reason=why, strict=True), id=f"{n}:{m}")
+     for (n, m), why in sorted(KNOWN.items())],
+)
+def test_known_disagreement(name: str, module: str) -> None:
+    table = classify(open_checkpoint(DATA / name))
+    assert _mismatch(_expected(name)["modules"][module], table[module].scheme) is None
