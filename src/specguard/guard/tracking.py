@@ -163,6 +163,13 @@ def _flatten_tensors(x: object) -> Iterable[torch.Tensor]:
 class WriteRecorder(TorchDispatchMode):
     """Records writes into the storages in ``writes`` (keyed by ``storage_key``)."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ in _disable_dynamo by default: the
+        # first call imports torch._dynamo (~1.5 s) and every op pays a frame
+        # hook. A loader does not compile, so the plain method is used.
+        return False
+
     def __init__(self, writes: dict[StorageKey, StorageWrites]) -> None:
         super().__init__()
         self.writes = writes
