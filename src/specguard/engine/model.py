@@ -1,0 +1,305 @@
+"""A small DeepSeek-V4-shaped model: attention, MoE FFN, and an MTP draft block.
+
+Reference PyTorch in the spirit of nanoGPT's model.py: one file, no fused
+kernels, CPU and CUDA. It keeps the structure that matters for routing
+quantized draft modules:
+
+- every block is attention + MoE FFN (routed experts w1/w2/w3 SwiGLU, a top-k
+  softmax gate, one shared expert);
+- an MTP block as in DeepSeek-V3/V4: it combines the normalized embedding of
+  token t+1 (``enorm`` -> ``e_proj``) with the target's hidden state at t
+  (``hnorm`` -> ``h_proj``), runs one decoder block, and predicts token t+2
+  through the target's own head (shared embedding and head).
+
+Parameter names are DeepSeek-V4 native checkpoint names (``embed.weight``,
+``layers.{i}.attn.wq.weight``, ``layers.{i}.ffn.experts.{e}.w1.weight``,
+``layers.{i}.ffn.shared_experts.w1.weight``, ``layers.{i}.ffn.gate.weight``,
+``mtp.0.e_proj.weight``, ``mtp.0.ffn.experts.{e}.w1.weight``, ``head.weight``),
+so ``state_dict()`` exports without renaming. Attention is plain multi-head
+attention with RoPE (V4's compressed attention is not what is being tested).
+
+Decoding uses a per-layer :class:`KVCache`; truncating ``length`` rolls the
+cache back after rejected draft tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes, named as in DeepSeek's ModelArgs. Defaults are the trained model."""
+
+    vocab_size: int = 256  # bytes
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_routed_experts: int = 4
+    n_activated_experts: int = 2
+    moe_inter_dim: int = 128
+    n_shared_experts: int = 1  # shared expert hidden = n_shared_experts * moe_inter_dim
+    n_mtp_layers: int = 1
+    max_seq_len: int = 2048
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        # Quantized linears need 128 (FP8 block), 32 (MXFP4) and 16 (NVFP4) to divide them.
+        for name in ("dim", "moe_inter_dim"):
+            if getattr(self, name) % 128:
+                raise ValueError(f"{name}={getattr(self, name)} must be a multiple of 128")
+        if self.dim % self.n_heads or (self.dim // self.n_heads) % 2:
+            raise ValueError("dim must split into n_heads heads of even size")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelConfig:
+        return cls(**json.loads(text))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * self.weight.float()).to(x.dtype)
+
+
+def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [max_seq_len, head_dim/2] for rotary embeddings."""
+    half = cfg.head_dim // 2
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32) / half))
+    angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (first half, second half) of x [B, H, T, D]."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return out.to(x.dtype)
+
+
+class KVCache:
+    """Keys and values of one attention layer for one sequence (batch 1).
+
+    ``length`` is how many positions are valid; setting it lower discards the
+    tail (rejected draft tokens), whose slots are simply overwritten later.
+    """
+
+    def __init__(self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+        shape = (1, cfg.n_heads, cfg.max_seq_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = self.length, self.length + k.shape[2]
+        if end > self.k.shape[2]:
+            raise ValueError(f"sequence longer than max_seq_len={self.k.shape[2]}")
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+
+        def heads(proj: nn.Linear) -> torch.Tensor:
+            return proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = apply_rope(heads(self.wq), cos, sin), apply_rope(heads(self.wk), cos, sin), heads(self.wv)
+        if cache is None:  # training / full recompute: plain causal attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            start = cache.length
+            k, v = cache.append(k, v)
+            # query i sits at absolute position start+i and sees keys 0..start+i
+            mask = torch.arange(k.shape[2], device=x.device)[None, :] <= (
+                start + torch.arange(t, device=x.device)[:, None]
+            )
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class Expert(nn.Module):
+    """SwiGLU MLP: w2(silu(w1 x) * w3 x). Used for routed and shared experts."""
+
+    def __init__(self, dim: int, inter_dim: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, inter_dim, bias=False)
+        self.w2 = nn.Linear(inter_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, inter_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Gate(nn.Module):
+    """Top-k softmax router; weights renormalized over the chosen experts."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.topk = cfg.n_activated_experts
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.dim))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        probs = F.linear(x, self.weight).float().softmax(dim=-1)
+        weights, indices = probs.topk(self.topk, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), indices, probs
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_experts = cfg.n_routed_experts
+        self.gate = Gate(cfg)
+        self.experts = nn.ModuleList(
+            Expert(cfg.dim, cfg.moe_inter_dim) for _ in range(cfg.n_routed_experts)
+        )
+        self.shared_experts = Expert(cfg.dim, cfg.n_shared_experts * cfg.moe_inter_dim)
+        self.aux_loss: torch.Tensor | None = None  # load-balance loss of the last forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        weights, indices, probs = self.gate(x)
+        y = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (indices == e).nonzero(as_tuple=True)
+            if rows.numel():
+                y.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+        if self.training:  # Switch-style balance loss: E * sum_e(token share_e * mean prob_e)
+            share = F.one_hot(indices, self.n_experts).float().sum(1).mean(0) / indices.shape[1]
+            self.aux_loss = self.n_experts * (share * probs.mean(0)).sum()
+        return (y + self.shared_experts(x)).view(shape)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = MoE(cfg)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class MTPBlock(Block):
+    """DeepSeek MTP module: input = e_proj(enorm(embed(t+1))) + h_proj(hnorm(h_t))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.enorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.hnorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.e_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.h_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)  # before the shared head
+
+    def combine(self, emb_next: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        return self.e_proj(self.enorm(emb_next)) + self.h_proj(self.hnorm(hidden))
+
+
+class Transformer(nn.Module):
+    """Target model plus its MTP draft block(s); weights named as DeepSeek-V4 ships them."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.mtp = nn.ModuleList(MTPBlock(cfg) for _ in range(cfg.n_mtp_layers))
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def _rope(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rope_cos[start : start + length], self.rope_sin[start : start + length]
+
+    def forward(
+        self, tokens: torch.Tensor, caches: list[KVCache] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [B, T] -> (logits [B, T, V], hidden [B, T, dim] before the final norm).
+
+        With ``caches`` (one per layer, batch 1) the tokens continue the cached sequence.
+        """
+        start = caches[0].length if caches else 0
+        cos, sin = self._rope(start, tokens.shape[1])
+        x = self.embed(tokens)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, caches[i] if caches else None)
+        return self.head(self.norm(x)), x
+
+    def mtp_forward(
+        self,
+        hidden: torch.Tensor,
+        next_tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        depth: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MTP block ``depth``: hidden at t [B, T, dim] + token t+1 [B, T] -> logits for t+2.
+
+        Returns (logits, the block's own hidden state), the latter feeding the
+        next recurrent draft step as vLLM does for k > 1.
+        """
+        block = self.mtp[depth]
+        start = cache.length if cache else 0
+        cos, sin = self._rope(start, next_tokens.shape[1])
+        x = block(block.combine(self.embed(next_tokens), hidden), cos, sin, cache)
+        return self.head(block.norm(x)), x
+
+    def new_caches(self, n: int | None = None) -> list[KVCache]:
+        """Empty caches: one per target layer (or ``n`` of them)."""
+        ref = self.head.weight
+        return [KVCache(self.cfg, ref.device, ref.dtype) for _ in range(n or self.cfg.n_layers)]
+
+    def moe_aux_loss(self, blocks: nn.ModuleList) -> torch.Tensor:
+        losses = [b.ffn.aux_loss for b in blocks if b.ffn.aux_loss is not None]
+        return torch.stack(losses).mean() if losses else self.head.weight.new_zeros(())
