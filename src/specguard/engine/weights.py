@@ -1,0 +1,83 @@
+"""The trained reference weights: save, load, and locate the packaged copy.
+
+Stored as one BF16 safetensors file with DeepSeek-V4 native names and the
+model config in the safetensors metadata (key ``config``), written and read here
+with no dependency beyond numpy (the checkpoint reader is for users' files).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from specguard.engine.model import ModelConfig, Transformer
+
+_MAX_HEADER = 100_000_000
+
+
+def packaged_weights() -> Path:
+    """Path of the trained model shipped in ``specguard/data/engine/``."""
+    return Path(str(resources.files("specguard") / "data" / "engine" / "model.safetensors"))
+
+
+def to_numpy_bf16(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(torch.bfloat16).cpu().contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
+def save_weights(model: Transformer, path: Path, metadata: Mapping[str, str] | None = None) -> None:
+    """BF16 safetensors (sorted names, 8-byte aligned header) with the config in the metadata."""
+    header: dict[str, object] = {"__metadata__": {"config": model.cfg.to_json(), **(metadata or {})}}
+    blobs, offset = [], 0
+    state = model.state_dict()
+    for name in sorted(state):
+        data = to_numpy_bf16(state[name]).tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(state[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+def read_bf16_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a BF16-only safetensors file written by :func:`save_weights` (our own file, trusted layout)."""
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > min(_MAX_HEADER, len(raw) - 8):
+        raise ValueError(f"{path}: header length {n} exceeds the file")
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__", {})
+    base = 8 + n
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] != "BF16":
+            raise ValueError(f"{path}: {name} is {info['dtype']}, expected BF16")
+        begin, end = info["data_offsets"]
+        arr = np.frombuffer(raw, dtype=np.int16, count=(end - begin) // 2, offset=base + begin)
+        tensors[name] = torch.from_numpy(arr.copy()).view(torch.bfloat16).reshape(info["shape"])
+    return tensors, meta
+
+
+def load_weights(
+    path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> Transformer:
+    """Build the model from a BF16 file (default: the packaged one), computing in ``dtype``."""
+    tensors, meta = read_bf16_safetensors(path or packaged_weights())
+    model = Transformer(ModelConfig.from_json(meta["config"]))
+    model.load_state_dict(tensors)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def bf16_state_dict(path: Path | None = None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Config and BF16 tensors of the trained model, by checkpoint name (what the factory exports)."""
+    tensors, meta = read_bf16_safetensors(path or packaged_weights())
+    return ModelConfig.from_json(meta["config"]), tensors
