@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,24 @@ def plugin() -> Iterator[None]:
     with installed():
         yield
     routing.take_decisions()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def specguard_log() -> Iterator[list[logging.LogRecord]]:
+    """Records the plugin logs (to ``vllm.specguard``, which vLLM's handlers print)."""
+    logger = logging.getLogger("vllm.specguard")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler.records
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -163,3 +163,48 @@ def param_layout(module: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
         n: (str(p.dtype).removeprefix("torch."), tuple(p.shape))
         for n, p in module.named_parameters()
     }
+
+
+def mtp_draft_model(vllm_config: Any, quant: Any) -> Any:
+    """vLLM's ``DeepSeekV4MTP`` holding one MTP layer's FFN, e_proj, h_proj and norms.
+
+    The full MTP layer also holds attention, whose construction needs GPU
+    kernels; everything the checkpoint's draft FFN and projections load into is
+    the real vLLM module, and ``load_weights`` is vLLM's own (name remapping,
+    ``.scale`` renames, expert mapping, the layers' weight loaders).
+    """
+    from torch import nn
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MTP
+
+    hf = vllm_config.speculative_config.draft_model_config.hf_config
+    n = hf.num_hidden_layers
+    model = DeepSeekV4MTP.__new__(DeepSeekV4MTP)
+    nn.Module.__init__(model)
+    model.config = hf
+    model.quant_config = quant
+    model.pad_shared_expert = getattr(quant, "weight_block_size", None) is not None
+    layer = nn.Module()
+    layer.mtp_block = nn.Module()
+    layer.mtp_block.ffn = build_moe(vllm_config, quant, f"model.layers.{n}.ffn")
+    layer.e_proj = build_linear(vllm_config, quant, f"model.layers.{n}.e_proj")
+    layer.h_proj = build_linear(vllm_config, quant, f"model.layers.{n}.h_proj")
+    with set_current_vllm_config(vllm_config):
+        layer.enorm = RMSNorm(hf.hidden_size, eps=hf.rms_norm_eps)
+        layer.hnorm = RMSNorm(hf.hidden_size, eps=hf.rms_norm_eps)
+    model.model = nn.Module()
+    model.model.mtp_start_layer_idx = n
+    model.model.num_mtp_layers = 1
+    model.model.layers = nn.ModuleDict({str(n): layer})
+    return model
+
+
+def load_draft_weights(vllm_config: Any, model: Any) -> None:
+    """vLLM's DefaultModelLoader reads the draft checkpoint and calls ``model.load_weights``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import DefaultModelLoader
+
+    draft = vllm_config.speculative_config.draft_model_config
+    with set_current_vllm_config(vllm_config):
+        DefaultModelLoader(vllm_config.load_config).load_weights(model, draft)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from specguard.integrations.vllm import report, routing
@@ -49,15 +50,24 @@ def is_draft_load(vllm_config: Any, model_config: Any) -> bool:
     )
 
 
+@contextmanager
+def draft_load(source: str | None) -> Iterator[None]:
+    """Weight loads inside this block load a draft model (``source``: its checkpoint)."""
+    token = _draft_source.set(source)
+    try:
+        yield
+    finally:
+        _draft_source.reset(token)
+
+
 def wrap_load_model(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kw: Any) -> Any:
         draft = is_draft_load(vllm_config, model_config)
-        token = _draft_source.set(str(model_config.model) if draft else None)
         try:
-            return original(self, vllm_config, model_config, *args, **kw)
+            with draft_load(str(model_config.model) if draft else None):
+                return original(self, vllm_config, model_config, *args, **kw)
         finally:
-            _draft_source.reset(token)
             emit_decisions()
 
     return load_model
