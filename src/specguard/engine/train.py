@@ -168,6 +168,8 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     train_bytes, held_bytes, files = read_split(corpus_root)
+    if len(held_bytes) <= cfg.seq_len + 1 or len(train_bytes) <= cfg.seq_len + 1:
+        raise ValueError(f"{corpus_root}: too little train or held-out text for seq_len {cfg.seq_len}")
     dev = torch.device(device)
     log(f"command: {' '.join(sys.argv)}")
     log(f"device: {dev} {torch.cuda.get_device_name(dev) if dev.type == 'cuda' else platform.processor()}"

@@ -1,0 +1,70 @@
+"""The reference model: DeepSeek-V4 native names, cache == recompute, sizes checked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specguard.engine.model import ModelConfig, Transformer
+
+TINY = ModelConfig(dim=128, n_layers=2, n_heads=2, n_routed_experts=4, moe_inter_dim=128,
+                   max_seq_len=64)
+
+
+def test_state_dict_uses_deepseek_v4_native_names() -> None:
+    names = set(Transformer(TINY).state_dict())
+    for name in [
+        "embed.weight", "head.weight", "norm.weight",
+        "layers.0.attn_norm.weight", "layers.0.attn.wq.weight", "layers.1.attn.wo.weight",
+        "layers.0.ffn_norm.weight", "layers.0.ffn.gate.weight",
+        "layers.1.ffn.experts.3.w1.weight", "layers.1.ffn.experts.3.w2.weight",
+        "layers.1.ffn.experts.3.w3.weight", "layers.0.ffn.shared_experts.w1.weight",
+        "mtp.0.enorm.weight", "mtp.0.hnorm.weight", "mtp.0.e_proj.weight", "mtp.0.h_proj.weight",
+        "mtp.0.attn.wq.weight", "mtp.0.ffn.gate.weight", "mtp.0.ffn.experts.0.w1.weight",
+        "mtp.0.ffn.shared_experts.w2.weight", "mtp.0.norm.weight",
+    ]:
+        assert name in names, name
+    assert not any(n.startswith("rope") for n in names)  # tables are rebuilt, not stored
+    assert not any(n.startswith("mtp.0.head") or n.startswith("mtp.0.embed") for n in names)
+
+
+def test_quantized_linears_keep_format_divisibility() -> None:
+    model = Transformer(ModelConfig())
+    for name, t in model.state_dict().items():
+        if t.dim() == 2 and not name.startswith(("embed", "head")) and "gate" not in name:
+            assert t.shape[0] % 128 == 0 and t.shape[1] % 128 == 0, name  # FP8 block 128
+    with pytest.raises(ValueError, match="multiple of 128"):
+        ModelConfig(dim=200)
+
+
+def test_cached_decoding_matches_full_recompute() -> None:
+    torch.manual_seed(0)
+    model = Transformer(TINY).eval()
+    tokens = torch.randint(0, 256, (1, 20))
+    with torch.no_grad():
+        full_logits, full_hidden = model(tokens)
+        full_mtp, _ = model.mtp_forward(full_hidden[:, :-1], tokens[:, 1:])
+        caches, mtp_cache = model.new_caches(), model.new_caches(1)[0]
+        # prefill 12, then 3 + 5 positions (a verification-sized chunk and a longer one)
+        pieces = [model(tokens[:, a:b], caches) for a, b in ((0, 12), (12, 15), (15, 20))]
+        hidden = torch.cat([h for _, h in pieces], dim=1)
+        mtp = [model.mtp_forward(hidden[:, a:b], tokens[:, a + 1 : b + 1], mtp_cache)[0]
+               for a, b in ((0, 7), (7, 19))]
+    torch.testing.assert_close(torch.cat([lg for lg, _ in pieces], dim=1), full_logits)
+    torch.testing.assert_close(hidden, full_hidden)
+    torch.testing.assert_close(torch.cat(mtp, dim=1), full_mtp)
+
+
+def test_cache_rollback_overwrites_rejected_positions() -> None:
+    torch.manual_seed(1)
+    model = Transformer(TINY).eval()
+    a, b = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 4))
+    with torch.no_grad():
+        caches = model.new_caches()
+        model(a, caches)
+        model(torch.randint(0, 256, (1, 4)), caches)  # rejected drafts
+        for c in caches:
+            c.length = 10
+        rolled, _ = model(b, caches)
+        fresh, _ = model(torch.cat([a, b], dim=1))
+    torch.testing.assert_close(rolled, fresh[:, 10:])
