@@ -65,6 +65,23 @@ class _Tensors:
         self.out[f"{name}.weight_scale_2"] = np.array(self.rng.uniform(1e-4, 1e-3), np.float32)
         self.out[f"{name}.input_scale"] = np.array(self.rng.uniform(1e-3, 1e-2), np.float32)
 
+    def nvfp4_ct(self, name: str, rows: int, cols: int) -> None:
+        """compressed-tensors NVFP4: weight_packed, E4M3 weight_scale, reciprocal global scales."""
+        self.out[f"{name}.weight_packed"] = self.fp4_bytes(rows, cols)
+        scale = self.rng.uniform(0.5, 4.0, (rows, cols // 16)).astype(ml_dtypes.float8_e4m3fn)
+        self.out[f"{name}.weight_scale"] = scale
+        self.out[f"{name}.weight_global_scale"] = self.rng.uniform(1e3, 1e4, (1,)).astype(np.float32)
+        self.out[f"{name}.input_global_scale"] = self.rng.uniform(1e2, 1e3, (1,)).astype(np.float32)
+
+    def fp8_block_ct(self, name: str, rows: int, cols: int) -> None:
+        """compressed-tensors FP8_BLOCK: weight + F32 weight_scale per 128x128 block."""
+        self.out[f"{name}.weight"] = self.rng.normal(0, 1, (rows, cols)).astype(ml_dtypes.float8_e4m3fn)
+        grid = (-(-rows // 128), -(-cols // 128))
+        self.out[f"{name}.weight_scale"] = self.rng.uniform(1e-3, 1e-2, grid).astype(np.float32)
+
+    def bf16_linear(self, name: str, rows: int, cols: int) -> None:
+        self.bf16(f"{name}.weight", rows, cols)
+
     def fp8_block(self, name: str, rows: int, cols: int) -> None:
         """FP8 E4M3 block-128 weight with DeepSeek-V4's bare E8M0 `.scale`."""
         w = self.rng.normal(0, 1, (rows, cols)).astype(ml_dtypes.float8_e4m3fn)
@@ -75,39 +92,40 @@ class _Tensors:
     def bf16(self, name: str, *shape: int) -> None:
         self.out[name] = self.rng.normal(0, 0.02, shape).astype(ml_dtypes.bfloat16)
 
-    def experts(self, base: str, fmt: str) -> None:
-        write = {"mxfp4": self.mxfp4, "nvfp4": self.nvfp4}[fmt]
-        for e in range(EXPERTS):
-            write(f"{base}.ffn.experts.{e}.w1", INTER, HIDDEN)
-            write(f"{base}.ffn.experts.{e}.w3", INTER, HIDDEN)
-            write(f"{base}.ffn.experts.{e}.w2", HIDDEN, INTER)
-
-    def block(self, base: str, experts: str, draft: bool) -> None:
+    def block(self, base: str, experts: str, linears: str, draft: bool) -> None:
         """One decoder block's FFN (+ the MTP projections for a draft block)."""
-        self.experts(base, experts)
-        self.fp8_block(f"{base}.ffn.shared_experts.w1", INTER, HIDDEN)
-        self.fp8_block(f"{base}.ffn.shared_experts.w3", INTER, HIDDEN)
-        self.fp8_block(f"{base}.ffn.shared_experts.w2", HIDDEN, INTER)
+        fmt = {"mxfp4": self.mxfp4, "nvfp4": self.nvfp4, "nvfp4_ct": self.nvfp4_ct,
+               "bf16": self.bf16_linear}[experts]
+        for e in range(EXPERTS):
+            fmt(f"{base}.ffn.experts.{e}.w1", INTER, HIDDEN)
+            fmt(f"{base}.ffn.experts.{e}.w3", INTER, HIDDEN)
+            fmt(f"{base}.ffn.experts.{e}.w2", HIDDEN, INTER)
+        lin = {"fp8_block": self.fp8_block, "fp8_block_ct": self.fp8_block_ct,
+               "bf16": self.bf16_linear}[linears]
+        lin(f"{base}.ffn.shared_experts.w1", INTER, HIDDEN)
+        lin(f"{base}.ffn.shared_experts.w3", INTER, HIDDEN)
+        lin(f"{base}.ffn.shared_experts.w2", HIDDEN, INTER)
         self.out[f"{base}.ffn.gate.weight"] = self.rng.normal(0, 0.02, (EXPERTS, HIDDEN)).astype(
             ml_dtypes.bfloat16
         )
         if draft:
-            self.fp8_block(f"{base}.e_proj", HIDDEN, HIDDEN)
-            self.fp8_block(f"{base}.h_proj", HIDDEN, HIDDEN)
+            lin(f"{base}.e_proj", HIDDEN, HIDDEN)
+            lin(f"{base}.h_proj", HIDDEN, HIDDEN)
             self.bf16(f"{base}.enorm.weight", HIDDEN)
             self.bf16(f"{base}.hnorm.weight", HIDDEN)
 
 
 def write(
     outdir: Path, *, main: str, draft: str, draft_layers: int = 1,
-    quantization: dict | None = None, seed: int = 0,
+    quantization: dict | None = None, seed: int = 0, main_linears: str = "fp8_block",
+    draft_linears: str = "fp8_block",
 ) -> Path:
-    """A checkpoint whose main experts are ``main`` and draft experts ``draft`` (nvfp4/mxfp4)."""
+    """A checkpoint whose main / draft experts and linears are stored as named."""
     t = _Tensors(seed)
     for layer in range(MAIN_LAYERS):
-        t.block(f"layers.{layer}", main, draft=False)
+        t.block(f"layers.{layer}", main, main_linears, draft=False)
     for i in range(draft_layers):
-        t.block(f"mtp.{i}", draft, draft=True)
+        t.block(f"mtp.{i}", draft, draft_linears, draft=True)
     outdir.mkdir(parents=True, exist_ok=True)
     save_file(t.out, outdir / "model.safetensors")
     cfg = config(draft_layers, quantization)
@@ -132,3 +150,48 @@ def s8_nvfp4(outdir: Path) -> Path:
     """Clean: NVFP4 target whose draft experts are NVFP4 too, declared so."""
     q = {**FP8_BLOCK_CONFIG, "moe_quant_algo": "NVFP4"}
     return write(outdir, main="nvfp4", draft="nvfp4", quantization=q)
+
+
+NVFP4_CT_ARGS = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                 "symmetric": True, "dynamic": False, "observer": "minmax"}
+FP8_BLOCK_CT_ARGS = {"num_bits": 8, "type": "float", "strategy": "block",
+                     "block_structure": [128, 128], "symmetric": True, "dynamic": False,
+                     "observer": "minmax"}
+
+
+def s2(outdir: Path) -> Path:
+    """llm-compressor: NVFP4 experts, FP8 block linears, MTP block left BF16 by `re:.*mtp\\..*`."""
+    q = {
+        "quant_method": "compressed-tensors", "format": "mixed-precision",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["re:.*ffn\\.experts\\.\\d+\\.w[123]$"], "format": "nvfp4-pack-quantized",
+                "weights": NVFP4_CT_ARGS,
+                "input_activations": {**NVFP4_CT_ARGS, "dynamic": "local"},
+            },
+            "group_1": {
+                "targets": ["re:.*(shared_experts\\.(w[123]|down_proj)|e_proj|h_proj)$"],
+                "format": "float-quantized", "weights": FP8_BLOCK_CT_ARGS,
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "group",
+                                      "group_size": 128, "symmetric": True, "dynamic": True},
+            },
+        },
+        "ignore": ["re:.*mtp\\..*", "lm_head"],
+    }
+    return write(outdir, main="nvfp4_ct", draft="bf16", quantization=q,
+                 main_linears="fp8_block_ct", draft_linears="bf16")
+
+
+DRAFT_LINEARS = ("e_proj", "h_proj", "ffn.shared_experts.w1", "ffn.shared_experts.w3",
+                 "ffn.shared_experts.w2")
+
+
+def s1_bf16_linears(outdir: Path) -> Path:
+    """S1 whose draft linears are BF16 and listed by checkpoint name in ``ignored_layers``.
+
+    vLLM 0.33 re-keys such ``mtp.0.*`` entries onto the draft layer only on ROCm.
+    """
+    ignored = ["mtp.*", *(f"mtp.0.{name}" for name in DRAFT_LINEARS)]
+    q = {**FP8_BLOCK_CONFIG, "moe_quant_algo": "NVFP4", "ignored_layers": ignored}
+    return write(outdir, main="nvfp4", draft="mxfp4", quantization=q, draft_linears="bf16")

@@ -102,3 +102,22 @@ def specguard_log() -> Iterator[list[logging.LogRecord]]:
     yield handler.records
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def s2_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(checkpoints.s2(ckpt_root / "s2"))
+
+
+@pytest.fixture(scope="session")
+def s1_bf16_linears_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(checkpoints.s1_bf16_linears(ckpt_root / "s1-bf16-linears"))
+
+
+@pytest.fixture(scope="session")
+def s8_with_s3_drafter(s8_dir: Path, s3_dir: Path, cpu_vllm: None) -> Any:
+    """Target S8 (draft region NVFP4) served with a separate DSpark drafter: S3 (MXFP4)."""
+    spec = {"method": "dspark", "num_speculative_tokens": 3, "model": str(s3_dir)}
+    cfg = vllm_harness.engine_config(str(s8_dir), spec)
+    vllm_harness.init_single_rank(cfg)
+    return cfg

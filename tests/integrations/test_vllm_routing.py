@@ -142,3 +142,114 @@ def test_plugin_changes_nothing_on_clean_checkpoints(
     assert after == before
     expected = MXFP4 if scenario == "s3_mtp" else NVFP4
     assert {m for m, _ in before.values()} == {expected, "Fp8LinearMethod"}
+
+
+# --- S2: BF16 draft tower under a compressed-tensors target ----------------------------
+
+S2_DRAFT_LINEARS = (
+    "model.layers.2.e_proj", "model.layers.2.h_proj",
+)
+
+
+def _s2_methods(cfg: Any) -> dict[str, str]:
+    quant = H.quant_config(cfg, "cpu")
+    out = {}
+    for ffn in ("model.layers.0.ffn", "model.layers.2.ffn"):
+        moe = H.build_moe(cfg, quant, ffn)
+        out[f"{ffn}.experts"] = H.method_name(H.routed_experts(moe))
+        out[f"{ffn}.shared_experts.gate_up_proj"] = H.method_name(moe.shared_experts.gate_up_proj)
+        out[f"{ffn}.shared_experts.down_proj"] = H.method_name(moe.shared_experts.down_proj)
+    for proj in S2_DRAFT_LINEARS:
+        out[proj] = H.method_name(H.build_linear(cfg, quant, proj))
+    return out
+
+
+def test_s2_bf16_draft_tower_is_built_quantized_before_and_unquantized_with_plugin(
+    s2_mtp: Any,
+) -> None:
+    from specguard.integrations.vllm import installed
+
+    before = _s2_methods(s2_mtp)
+    routing.take_decisions()
+    with installed():
+        after = _s2_methods(s2_mtp)
+        decisions = routing.take_decisions()
+    draft = {k for k in before if k.startswith("model.layers.2.")}
+    main = set(before) - draft
+    assert {before[k] for k in draft} == {
+        "CompressedTensorsW4A4Nvfp4MoEMethod", "CompressedTensorsLinearMethod",
+    }
+    assert {k: after[k] for k in draft} == {
+        k: ("UnquantizedFusedMoEMethod" if k.endswith(".experts") else "UnquantizedLinearMethod")
+        for k in draft
+    }
+    assert {k: after[k] for k in main} == {k: before[k] for k in main}
+    assert {(d.prefix, d.stored, d.routed) for d in decisions} == {
+        (k, "bf16", "unquantized") for k in draft
+    }
+
+
+# --- a separate drafter routes by its own disk -----------------------------------------
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_separate_drafter_routes_by_its_own_checkpoint(
+    s8_with_s3_drafter: Any, registry: str
+) -> None:
+    """vLLM builds the DSpark drafter's quant config from the drafter's config but resolves
+    ``moe_quant_algo`` from the target's (S4): its MXFP4 experts get NVFP4 methods."""
+    from vllm.model_executor.models.utils import get_draft_quant_config
+
+    from specguard.integrations.vllm import installed
+
+    cfg = s8_with_s3_drafter
+
+    def drafter_experts() -> str:
+        if registry == "cuda":
+            with H.cuda_registry():
+                quant = get_draft_quant_config(cfg)
+        else:
+            quant = get_draft_quant_config(cfg)
+        # load_dspark_model: the target's VllmConfig with the drafter's quant config
+        return H.method_name(H.routed_experts(H.build_moe(cfg, quant, "layers.2.ffn")))
+
+    assert drafter_experts() == NVFP4
+    with installed():
+        assert drafter_experts() == MXFP4  # the target's own layer 2 is NVFP4 on disk
+        (d,) = routing.take_decisions()
+    assert d.source == str(cfg.speculative_config.draft_model_config.model)
+
+
+# --- MTP ignore entries re-keyed as vLLM does on ROCm -----------------------------------
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_mtp_ignore_entries_are_rekeyed_onto_the_draft_layer(
+    s1_bf16_linears_mtp: Any, registry: str
+) -> None:
+    from specguard.integrations.vllm import installed
+
+    cfg = s1_bf16_linears_mtp
+    quant = H.quant_config(cfg, registry)
+    assert "model.mtp.0.e_proj" in quant.ignored_layers  # after vLLM's own name mapper
+    assert H.method_name(H.build_linear(cfg, quant, "model.layers.2.e_proj")) == "Fp8LinearMethod"
+
+    routing.take_decisions()
+    with installed():
+        quant = H.quant_config(cfg, registry)
+        linears = {
+            p: H.method_name(H.build_linear(cfg, quant, p))
+            for p in ("model.layers.2.e_proj", "model.layers.2.h_proj")
+        }
+        moe = H.build_moe(cfg, quant, "model.layers.2.ffn")
+        decisions = routing.take_decisions()
+    assert set(linears.values()) == {"UnquantizedLinearMethod"}
+    assert H.method_name(moe.shared_experts.gate_up_proj) == "UnquantizedLinearMethod"
+    assert H.method_name(moe.shared_experts.down_proj) == "UnquantizedLinearMethod"
+    assert {"model.layers.2.e_proj", "model.layers.2.ffn.shared_experts.down_proj"} <= set(
+        quant.ignored_layers
+    )
+    # vLLM's own rule now skips the draft linears: only the experts needed the disk.
+    assert [(d.prefix, d.vllm, d.routed) for d in decisions] == [
+        ("model.layers.2.ffn.experts", "nvfp4", "mxfp4")
+    ]

@@ -57,14 +57,21 @@ def cuda_registry() -> Iterator[None]:
 
 def quant_config(vllm_config: Any, registry: str, model_config: Any = None) -> Any:
     """vLLM's quant config for ``model_config`` (default: the target's), from the
-    ``cpu`` registry (vllm.models.deepseek_v4) or the ``cuda`` one (deepseek_v41)."""
+    ``cpu`` registry (vllm.models.deepseek_v4) or the ``cuda`` one (deepseek_v41),
+    configured for the NVIDIA DeepSeek-V4 model class as ``initialize_model`` does
+    (its checkpoint-to-vLLM name mapper and packed-module mapping)."""
     from vllm.config import VllmConfig
+    from vllm.model_executor.model_loader.utils import configure_quant_config
+    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM
 
     model_config = model_config or vllm_config.model_config
     if registry == "cpu":
-        return VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
-    with cuda_registry():
-        return VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
+        quant = VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
+    else:
+        with cuda_registry():
+            quant = VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
+    configure_quant_config(quant, DeepseekV4ForCausalLM)
+    return quant
 
 
 def with_quant_config(vllm_config: Any, quant: Any) -> Any:
