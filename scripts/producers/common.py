@@ -42,7 +42,8 @@ TINY = dict(
     max_position_embeddings=128,
     tie_word_embeddings=False,
 )
-DENSE_LAYERS = frozenset(TINY["mlp_only_layers"])
+# The same model with both MLPs dense, for a tool that cannot export the MoE.
+TINY_DENSE = {**TINY, "mlp_only_layers": [0, 1]}
 
 # Files copied from a tool's output into the fixture (tokenizer and
 # generation_config are the in-memory stand-ins, not part of the ground truth).
@@ -53,12 +54,12 @@ KEEP = (
 BF16 = {"format": "bf16", "convention": "plain"}
 
 
-def build_base(dirpath: Path) -> Path:
+def build_base(dirpath: Path, arch: dict[str, Any] = TINY) -> Path:
     """Random-init the tiny model from its config (no download) and save it as BF16."""
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
 
     torch.manual_seed(SEED)
-    cfg = Qwen3MoeConfig(**TINY)
+    cfg = Qwen3MoeConfig(**arch)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(dirpath)
     return dirpath
@@ -86,15 +87,15 @@ def tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t1")
 
 
-def arch_modules() -> dict[str, str]:
-    """Every checkpoint module of TINY, mapped to the class a quantizer sees.
+def arch_modules(arch: dict[str, Any] = TINY) -> dict[str, str]:
+    """Every checkpoint module of the architecture, mapped to the class a quantizer sees.
 
     Experts are listed per expert (``mlp.experts.E.gate_proj``), as all three
     tools linearise transformers' fused expert tensors before quantizing and
     write them back per expert.
     """
     mods = {"model.embed_tokens": "Embedding", "model.norm": "RMSNorm", "lm_head": "Linear"}
-    for i in range(TINY["num_hidden_layers"]):
+    for i in range(arch["num_hidden_layers"]):
         p = f"model.layers.{i}"
         for n in ("input_layernorm", "post_attention_layernorm"):
             mods[f"{p}.{n}"] = "RMSNorm"
@@ -102,12 +103,12 @@ def arch_modules() -> dict[str, str]:
             mods[f"{p}.self_attn.{n}"] = "Linear"
         for n in ("q_norm", "k_norm"):
             mods[f"{p}.self_attn.{n}"] = "RMSNorm"
-        if i in DENSE_LAYERS:
+        if i in arch["mlp_only_layers"]:
             for n in ("gate_proj", "up_proj", "down_proj"):
                 mods[f"{p}.mlp.{n}"] = "Linear"
             continue
         mods[f"{p}.mlp.gate"] = "Router"  # Qwen3MoeTopKRouter: a bare weight, not nn.Linear
-        for e in range(TINY["num_experts"]):
+        for e in range(arch["num_experts"]):
             for n in ("gate_proj", "up_proj", "down_proj"):
                 mods[f"{p}.mlp.experts.{e}.{n}"] = "Linear"
     return mods

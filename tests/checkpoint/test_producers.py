@@ -3,7 +3,9 @@
 tests/data/producers/<name>/ holds checkpoints written by llm-compressor,
 nvidia-modelopt and auto-round (scripts/producers/make_fixtures.py), each with
 an expected.json derived from the recipe handed to the tool -- not from the
-headers. Every module must classify as that recipe says.
+headers. Every module must classify as that recipe says: from the header
+alone, or -- where the header is ``ambiguous`` (a U8 block scale) -- once its
+scale bytes have been sniffed.
 
 Disagreements the classifier is known to have are listed in KNOWN with the
 header facts; they run as strict xfails so a fix shows up as XPASS and the
@@ -21,6 +23,7 @@ from safetensors import safe_open
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
+from specguard.formats.settle import settle
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "producers"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "expected.json").is_file())
@@ -33,6 +36,10 @@ PARAM_SUFFIXES = frozenset({
     "v_scale", "pre_quant_scale",
 })
 
+def _expected(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name / "expected.json").read_text())
+
+
 # (fixture, module) -> what the header says and why the classifier disagrees.
 _ONE_GROUP = (
     "compressed-tensors W4A16 with in_features == group_size == 128: weight_packed I32 "
@@ -44,14 +51,22 @@ _W4A16_ONE_GROUP = [
     "model.layers.0.mlp.down_proj",
     *(f"model.layers.1.mlp.experts.{e}.down_proj" for e in range(4)),
 ]
+_MO_BLOCK_4D = (
+    "ModelOpt FP8_2D_BLOCKWISE_WEIGHT_ONLY (hf_quant_config quant_algo fp8_pb_wo) writes the "
+    "F32 block scale 4-D, [ceil(out/128), 1, ceil(in/128), 1] (weight F8_E4M3 [128, 256] -> "
+    "weight_scale [1, 1, 2, 1]); the classifier reads only 2-D block scales and says unknown"
+)
+
+
+def _modules_of(name: str, fmt: str) -> list[str]:
+    return [m for m, e in _expected(name)["modules"].items() if e["format"] == fmt]
+
+
 KNOWN: dict[tuple[str, str], str] = {
     **{("ct_w4a16", m): _ONE_GROUP for m in _W4A16_ONE_GROUP},
     ("ct_mixed", "model.layers.0.mlp.down_proj"): _ONE_GROUP,
+    **{("mo_fp8_block", m): _MO_BLOCK_4D for m in _modules_of("mo_fp8_block", "fp8_block")},
 }
-
-
-def _expected(name: str) -> dict[str, Any]:
-    return json.loads((DATA / name / "expected.json").read_text())
 
 
 def _safetensors_files(name: str) -> list[Path]:
@@ -97,16 +112,26 @@ def test_fixture_is_valid_safetensors(name: str) -> None:
     assert modules == set(_expected(name)["modules"])
 
 
+def _settled(name: str) -> dict[str, Any]:
+    """Every module's scheme, ambiguous ones settled by their scale bytes."""
+    ckpt = open_checkpoint(DATA / name)
+    table = classify(ckpt)
+    return {m.name: (m.scheme, settle(ckpt, m)[0]) for m in table}
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_module_classified_as_the_recipe_says(name: str) -> None:
     expected = _expected(name)["modules"]
-    table = classify(open_checkpoint(DATA / name))
-    assert {m.name for m in table} == set(expected)
+    schemes = _settled(name)
+    assert set(schemes) == set(expected)
     wrong = {}
-    for module in table:
-        why = _mismatch(expected[module.name], module.scheme)
-        if why and (name, module.name) not in KNOWN:
-            wrong[module.name] = why
+    for module, (header_only, settled) in schemes.items():
+        exp = expected[module]
+        if header_only.format not in (exp["format"], "ambiguous"):
+            settled = header_only  # settling must not be what makes it right
+        why = _mismatch(exp, settled)
+        if why and (name, module) not in KNOWN:
+            wrong[module] = why
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in sorted(wrong.items()))
 
 
@@ -116,5 +141,5 @@ def test_every_module_classified_as_the_recipe_says(name: str) -> None:
      for (n, m), why in sorted(KNOWN.items())],
 )
 def test_known_disagreement(name: str, module: str) -> None:
-    table = classify(open_checkpoint(DATA / name))
-    assert _mismatch(_expected(name)["modules"][module], table[module].scheme) is None
+    _, settled = _settled(name)[module]
+    assert _mismatch(_expected(name)["modules"][module], settled) is None
