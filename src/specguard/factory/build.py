@@ -1,0 +1,263 @@
+"""Turn a module list and a storage recipe into real safetensors shards.
+
+Weights are BF16 (seeded, or given); each module is stored through the codecs
+in the format its recipe picks, and its ``ExpectedModule`` is recorded from
+what was actually written: the expected map is a by-product of building the
+checkpoint, never a second table.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from specguard import codecs
+from specguard.checkpoint.dtypes import FROM_NUMPY
+from specguard.checkpoint.writer import save_index
+from specguard.factory.models import EMBED, LM_HEAD, NORM, ModuleSpec
+from specguard.formats.modules import split_name
+from specguard.formats.scheme import BF16, FP8_BLOCK, FP32, PLAIN, UNQUANTIZED, Scheme
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How one module is stored: a format as a convention writes it, plus codec options.
+
+    ``drop`` names tensor suffixes the publisher left out (S5's missing
+    per-tensor scales); they are recorded as ``missing`` in the expected map.
+    """
+
+    format: str
+    convention: str = PLAIN
+    opts: Mapping[str, Any] = field(default_factory=dict)
+    drop: tuple[str, ...] = ()
+
+
+PLAIN_BF16 = Storage(BF16)
+
+
+@dataclass(frozen=True)
+class ExpectedModule:
+    """The right answer for one checkpoint module, from how the factory built it."""
+
+    format: str  # scheme constant of what is stored
+    role: str  # main / draft / embedding / head
+    scheme: Scheme  # format, convention, group/block, scale and weight dtypes as written
+    tensors: Mapping[str, tuple[str, tuple[int, ...]]]  # suffix -> (safetensors dtype, shape)
+    missing: tuple[str, ...] = ()  # suffixes the format needs but the files lack
+    kind: str = ""  # factory module kind (attn, expert, shared, proj, gate, norm, ...)
+    draft_index: int | None = None
+
+    @property
+    def convention(self) -> str | None:
+        return self.scheme.convention
+
+    @property
+    def quantized(self) -> bool:
+        return self.format not in UNQUANTIZED
+
+
+def tensor_seed(seed: int, name: str) -> np.random.Generator:
+    """Per-tensor generator: a module's weights do not depend on which others exist."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def initial_weight(spec: ModuleSpec, seed: int) -> np.ndarray:
+    """Seeded BF16 weight (returned as float32 holding BF16 values).
+
+    Norms are ones; matrices are N(0, 1/in) with a per-row log-normal spread, so
+    block scales vary the way trained weights' do.
+    """
+    if spec.kind == NORM:
+        return np.ones(spec.shape, np.float32)
+    rng = tensor_seed(seed, spec.name)
+    w = rng.standard_normal(spec.shape, dtype=np.float32) / np.float32(np.sqrt(spec.shape[-1]))
+    if spec.kind not in (EMBED, LM_HEAD):
+        w *= rng.lognormal(0.0, 0.5, (spec.shape[0], 1)).astype(np.float32)
+    return to_bf16_values(w)
+
+
+def to_bf16_values(w: np.ndarray) -> np.ndarray:
+    return np.asarray(w, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _extra(spec: ModuleSpec, suffix: str, shape: tuple[int, ...], dtype: str,
+           seed: int, given: Mapping[str, np.ndarray]) -> np.ndarray:
+    name = f"{spec.name}.{suffix}"
+    if name in given:
+        arr = np.asarray(given[name], np.float32)
+    else:
+        arr = tensor_seed(seed, name).standard_normal(shape).astype(np.float32) * np.float32(0.01)
+    if arr.shape != shape:
+        raise ValueError(f"{name}: given shape {arr.shape}, the scenario needs {shape}")
+    return arr.astype(np.float32) if dtype == "F32" else arr.astype(ml_dtypes.bfloat16)
+
+
+def module_tensors(spec: ModuleSpec, storage: Storage, seed: int,
+                   given: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ExpectedModule]:
+    """The tensors (suffix -> on-disk array) of one module and its expected entry."""
+    wname = f"{spec.name}.weight"
+    if wname in given:
+        w = to_bf16_values(given[wname])
+        if w.shape != spec.shape:
+            raise ValueError(f"{wname}: given shape {w.shape}, the scenario needs {spec.shape}")
+    else:
+        w = initial_weight(spec, seed)
+    if storage.format == BF16:
+        tensors = {"weight": w.astype(ml_dtypes.bfloat16)}
+        lay = None
+    else:
+        lay = codecs.layout(storage.format, storage.convention)
+        opts = dict(storage.opts)
+        if lay.input_scale and "input_amax" not in opts:
+            opts["input_amax"] = float(tensor_seed(seed, spec.name + "#act").uniform(1.0, 8.0))
+        tensors = codecs.quantize(storage.format, w, convention=storage.convention, **opts)
+    for suffix, shape, dtype in spec.extras:
+        tensors[suffix] = _extra(spec, suffix, shape, dtype, seed, given)
+    missing = tuple(s for s in storage.drop if s in tensors)
+    if len(missing) != len(storage.drop):
+        raise ValueError(f"{spec.name}: cannot drop {storage.drop}; it has {sorted(tensors)}")
+    for s in missing:
+        del tensors[s]
+    return tensors, _expected(spec, storage, lay, tensors, missing)
+
+
+def _dtype(a: np.ndarray) -> str:
+    return FROM_NUMPY[a.dtype]
+
+
+def _expected(spec: ModuleSpec, storage: Storage, lay: codecs.Layout | None,
+              tensors: Mapping[str, np.ndarray], missing: tuple[str, ...]) -> ExpectedModule:
+    written = {k: (_dtype(v), tuple(v.shape)) for k, v in tensors.items()}
+    if lay is None:
+        scheme = Scheme(BF16, PLAIN, weight_dtype="BF16")
+    else:
+        scale = next(n for n in (storage.opts.get("scale_name"), *lay.scale) if n in tensors)
+        group = storage.opts.get("group_size") or lay.group_size
+        scheme = Scheme(
+            storage.format, storage.convention,
+            group_size=None if storage.format == FP8_BLOCK else group,
+            block=tuple(storage.opts.get("block", lay.block)) if storage.format == FP8_BLOCK
+            else None,
+            scale_dtype=_dtype(tensors[scale]), weight_dtype=_dtype(tensors[lay.weight]),
+        )
+    return ExpectedModule(storage.format, spec.role, scheme, written, missing, spec.kind,
+                          spec.draft_index)
+
+
+def _split_modules(spec: ModuleSpec, exp: ExpectedModule) -> dict[str, ExpectedModule]:
+    """Key the expected map by checkpoint module as specguard's reader groups tensors:
+    an extra whose suffix is not a parameter suffix there (DeepSeek-V3's
+    ``mlp.gate.e_score_correction_bias``) is a module of its own."""
+    out = {spec.name: exp}
+    for suffix, _, dtype in spec.extras:
+        module, param = split_name(f"{spec.name}.{suffix}")
+        if module == spec.name:
+            continue
+        dt_shape = exp.tensors[suffix]
+        fmt = FP32 if dtype == "F32" else BF16
+        out[module] = ExpectedModule(fmt, exp.role, Scheme(fmt, PLAIN, weight_dtype=dtype),
+                                     {param: dt_shape}, (), spec.kind, spec.draft_index)
+        out[spec.name] = replace(out[spec.name], tensors={
+            k: v for k, v in out[spec.name].tensors.items() if k != suffix})
+    return out
+
+
+@dataclass
+class Written:
+    """What ``write_checkpoint`` put on disk."""
+
+    path: Path
+    expected: dict[str, ExpectedModule]
+    tensor_names: list[str]
+    total_size: int
+
+
+def write_checkpoint(
+    path: Path,
+    specs: list[ModuleSpec],
+    storage_of: Callable[[ModuleSpec], Storage],
+    config: Mapping[str, Any],
+    *,
+    seed: int,
+    given: Mapping[str, np.ndarray],
+    shard_bytes: int,
+    draft_shard: str | None = None,
+    extra_files: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Written:
+    """Write config.json (+ extra JSON files), sharded safetensors and the index."""
+    expected: dict[str, ExpectedModule] = {}
+    ordered: list[tuple[str, np.ndarray, bool]] = []  # (tensor name, array, in draft shard)
+    for spec in specs:
+        storage = storage_of(spec)
+        tensors, exp = module_tensors(spec, storage, seed, given)
+        lay = codecs.layout(storage.format, storage.convention) if storage.format != BF16 else None
+        to_draft = draft_shard is not None and exp.role == "draft"
+        for suffix, arr in tensors.items():
+            name = lay.tensor_name(spec.name, suffix) if lay else f"{spec.name}.{suffix}"
+            ordered.append((name, arr, to_draft))
+        expected.update(_split_modules(spec, exp))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for fname, content in (extra_files or {}).items():
+        (path / fname).write_text(json.dumps(content, indent=2) + "\n")
+    shards = _shard(ordered, shard_bytes, draft_shard)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for fname, items in shards.items():
+        _save_file(items, path / fname, {"format": "pt"})
+        for name, arr in items:
+            weight_map[name] = fname
+            total += arr.nbytes
+    save_index(weight_map, path, total)
+    return Written(path, expected, [n for n, _, _ in ordered], total)
+
+
+def _shard(ordered: list[tuple[str, np.ndarray, bool]], budget: int,
+           draft_shard: str | None) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """HF-style shards in write order, cut when a shard would pass ``budget`` bytes;
+    draft tensors go to ``draft_shard`` when given (compressed-tensors' MTP export)."""
+    groups: list[list[tuple[str, np.ndarray]]] = [[]]
+    size = 0
+    extra: list[tuple[str, np.ndarray]] = []
+    for name, arr, to_draft in ordered:
+        if to_draft:
+            extra.append((name, arr))
+            continue
+        if groups[-1] and size + arr.nbytes > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append((name, arr))
+        size += arr.nbytes
+    n = len(groups)
+    shards = {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+    if extra:
+        shards[draft_shard] = extra  # type: ignore[index]
+    return shards
+
+
+def _save_file(items: list[tuple[str, np.ndarray]], path: Path, metadata: dict[str, str]) -> None:
+    """safetensors writer that keeps 0-d shapes (ModelOpt's scalar ``weight_scale_2`` and
+    ``input_scale`` are ``[]``); checkpoint.writer.save_file widens them to ``[1]``."""
+    header: dict[str, Any] = {"__metadata__": metadata}
+    blobs, offset = [], 0
+    for name, arr in sorted(items, key=lambda kv: kv[0]):
+        arr = np.require(arr, requirements="C")
+        data = arr.tobytes()
+        header[name] = {"dtype": FROM_NUMPY[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        for data in blobs:
+            f.write(data)

@@ -1,0 +1,71 @@
+"""config.json / hf_quant_config.json carry the keys each publisher writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _config(info, name: str = "config.json") -> dict:
+    return json.loads((info.path / name).read_text())
+
+
+def test_s1_config(written) -> None:
+    cfg = _config(written["s1"])
+    assert cfg["model_type"] == "deepseek_v4" and cfg["expert_dtype"] == "fp4"
+    assert cfg["num_nextn_predict_layers"] == 1
+    assert cfg["quantization_config"] == {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "scale_fmt": "ue8m0", "weight_block_size": [128, 128], "moe_quant_algo": "NVFP4",
+        "ignored_layers": ["mtp.*"]}
+    assert not (written["s1"].path / "hf_quant_config.json").exists()
+
+
+def test_dspark_configs(written) -> None:
+    for cfg in (_config(written["s1-dspark"]),
+                json.loads((written["s4"].drafter_path / "config.json").read_text())):
+        assert cfg["n_mtp_layers"] == 3 and cfg["dspark_target_layer_ids"] == [0, 1]
+    assert _config(written["s4"])["num_nextn_predict_layers"] == 0
+
+
+def test_s6_deepseek_v3_fp8_config(written) -> None:
+    cfg = _config(written["s6"])
+    assert cfg["model_type"] == "deepseek_v3"
+    assert cfg["quantization_config"] == {"quant_method": "fp8", "fmt": "e4m3",
+                                          "activation_scheme": "dynamic",
+                                          "weight_block_size": [128, 128]}
+
+
+def test_s2_is_what_compressed_tensors_writes(written) -> None:
+    ct = pytest.importorskip("compressed_tensors")
+    from compressed_tensors.quantization import QuantizationConfig, preset_name_to_scheme
+
+    q = _config(written["s2"])["quantization_config"]
+    assert q["quant_method"] == "compressed-tensors" and q["version"] == ct.__version__
+    assert q["ignore"] == ["lm_head", r"re:.*mtp\..*"]
+    groups = {}
+    for gname, preset, fmt in (("group_0", "NVFP4", "nvfp4-pack-quantized"),
+                               ("group_1", "FP8_BLOCK", "float-quantized")):
+        scheme = preset_name_to_scheme(preset, q["config_groups"][gname]["targets"])
+        scheme.format = fmt
+        groups[gname] = scheme
+    theirs = QuantizationConfig(config_groups=groups, ignore=q["ignore"],
+                                format="mixed-precision", quantization_status="compressed")
+    ours = {k: v for k, v in q.items()
+            if k not in ("version", "quant_method", "sparsity_config", "transform_config")}
+    assert ours == json.loads(json.dumps(theirs.model_dump(exclude=["quant_method"])))
+    assert QuantizationConfig.model_validate(ours).config_groups["group_0"].weights.group_size == 16
+
+
+def test_s8_nvfp4_modelopt_files(written) -> None:
+    info = written["s8-nvfp4"]
+    hf = _config(info, "hf_quant_config.json")
+    assert hf["producer"]["name"] == "modelopt"
+    assert hf["quantization"]["quant_algo"] == "NVFP4" and hf["quantization"]["group_size"] == 16
+    assert "lm_head" in hf["quantization"]["exclude_modules"]
+    assert "model.layers.2.eh_proj" in hf["quantization"]["exclude_modules"]
+    q = _config(info)["quantization_config"]
+    assert q["quant_method"] == "modelopt" and q["quant_algo"] == "NVFP4"
+    assert q["ignore"] == hf["quantization"]["exclude_modules"]
+    assert q["config_groups"]["group_0"]["weights"]["group_size"] == 16
