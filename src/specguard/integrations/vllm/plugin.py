@@ -128,21 +128,36 @@ def installed(settings: Settings | None = None) -> Iterator[None]:
 def _patch_v4(module: ModuleType) -> None:
     from specguard.integrations.vllm import routing
 
-    _patches.replace(module.DeepseekV4FP8Config, "get_quant_method", routing.wrap_get_quant_method)
+    cls = module.DeepseekV4FP8Config
+    if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
+        _log_routing(cls)
 
 
 def _patch_v41(module: ModuleType) -> None:
     from specguard.integrations.vllm import routing
 
     cls = module.DeepseekV4FP8Config
-    _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method)
+    if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
+        _log_routing(cls)
     _patches.replace(cls, "_is_nvfp4_expert_layer", routing.wrap_is_nvfp4_expert_layer)
 
 
 def _patch_compressed_tensors(module: ModuleType) -> None:
     from specguard.integrations.vllm import routing
 
-    _patches.replace(module.CompressedTensorsConfig, "get_quant_method", routing.wrap_get_quant_method)
+    cls = module.CompressedTensorsConfig
+    if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
+        _log_routing(cls)
+
+
+def _log_routing(cls: type) -> None:
+    # Logged when vLLM imports the class: by then vLLM has configured its logging,
+    # which it has not always when plugins load.
+    settings = _active or Settings()
+    log.info(
+        "specguard: %s.%s routes by what is stored (%s=%s, %s=%s)",
+        cls.__module__, cls.__name__, MODE_ENV, settings.mode, GUARD_ENV, settings.guard,
+    )
 
 
 def _patch_vllm_config(module: ModuleType) -> None:
