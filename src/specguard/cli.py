@@ -34,6 +34,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return run_inspect(args)
 
 
+def _cmd_route(args: argparse.Namespace) -> int:
+    from specguard.report.route import run_route
+
+    return run_route(args)
+
+
 def _cmd_factory(args: argparse.Namespace) -> int:
     from specguard.factory.cli import main as factory_main
 
@@ -53,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record per module")
     p.add_argument("--tensors", action="store_true", help="with --json: one record per tensor")
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("route", help="each runtime module to the scheme it is stored in, next to vLLM 0.33's choice")
+    _source_args(p)
+    p.add_argument("--draft", metavar="SRC2",
+                   help="separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
+    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+                   help="vLLM platform whose quant-config class to model (default: cuda)")
+    p.add_argument("--json", action="store_true", help="one JSON record per runtime module")
+    p.add_argument("--all", action="store_true", help="also list main-stack modules that route correctly")
+    p.set_defaults(func=_cmd_route)
 
     p = sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
     p.add_argument("factory_args", nargs=argparse.REMAINDER)

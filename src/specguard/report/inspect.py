@@ -42,7 +42,7 @@ def write_json(checkpoint: str, records: list[dict]) -> None:
 
 def console() -> Console:
     """Full-width rows when piped (README, CI logs) instead of rich's 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:

@@ -1,0 +1,92 @@
+"""`specguard route`: one row per runtime module, what to build and whether vLLM 0.33 gets it right."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from specguard.report.inspect import console, write_json
+from specguard.report.runs import group_runs
+from specguard.report.sources import open_path, role_label
+from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route
+
+_VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow"}
+
+
+def resolvers(args: argparse.Namespace) -> list[Resolver]:
+    """The target's resolver, plus the drafter's (routed by its own disk) with --draft."""
+    target = Resolver(open_path(args.source, revision=args.revision, remote=args.remote),
+                      draft_method=args.draft_method if not args.draft else None, platform=args.platform)
+    out = [target]
+    if args.draft:
+        out.append(Resolver(open_path(args.draft, revision=args.revision, remote=args.remote),
+                            draft_method=args.draft_method or "dspark", target=target, platform=args.platform))
+    return out
+
+
+def run_route(args: argparse.Namespace) -> int:
+    rs = resolvers(args)
+    routes = [(r, rt) for r in rs for rt in r.routes()]
+    if args.json:
+        write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
+    else:
+        render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
+               show_ok=args.all)
+    return 1 if any(rt.verdict != OK for _, rt in routes) else 0
+
+
+def route_record(r: Resolver, rt: Route) -> dict:
+    return {
+        "checkpoint": r.checkpoint.name,
+        "runtime_prefix": rt.prefix,
+        "role": rt.role.kind,
+        "draft_kind": rt.role.draft_kind,
+        "layer": rt.role.layer,
+        "kind": rt.kind,
+        "stored": _scheme_dict(rt.stored),
+        "declared": _scheme_dict(rt.declared.scheme) if rt.declared else None,
+        "declared_by": rt.declared.source if rt.declared else None,
+        "build": _scheme_dict(rt.build),
+        "vllm_builds": {"method": rt.vllm.method, **_scheme_dict(rt.vllm.scheme), "rule": rt.vllm.reason}
+        if rt.vllm else None,
+        "verdict": rt.verdict,
+        "reason": rt.reason,
+        "missing": list(rt.missing),
+        "unmatched_patterns": list(rt.unmatched),
+        "checkpoint_names": list(rt.checkpoint_names),
+    }
+
+
+def _scheme_dict(sc) -> dict | None:
+    if sc is None:
+        return None
+    return {"format": sc.format, "convention": sc.convention, "group_size": sc.group_size,
+            "block": list(sc.block) if sc.block else None, "scale_dtype": sc.scale_dtype}
+
+
+def _short(sc) -> str:
+    return sc.short() if sc is not None else "—"
+
+
+def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = True) -> None:
+    def key(rt: Route) -> tuple:
+        vllm = rt.vllm.method if rt.vllm else "—"
+        return (role_label(rt.role), _short(rt.stored), _short(rt.declared.scheme) if rt.declared else "—",
+                vllm, rt.verdict)
+
+    shown = [rt for rt in routes if show_ok or rt.verdict != OK or rt.role.is_draft]
+    t = Table(title=f"{title} — {len(routes)} runtime modules", title_justify="left")
+    t.add_column("runtime prefix", no_wrap=True)
+    for col in ("role", "stored as", "declared as", "vLLM 0.33 builds", "verdict"):
+        t.add_column(col)
+    for run in group_runs((rt.prefix, key(rt), rt) for rt in shown):
+        role, stored, declared, vllm, verdict = run.key  # type: ignore[misc]
+        t.add_row(run.label(), role, stored, declared, vllm, f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
+    out.print(t)
+    counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in (OK, MISROUTED, MISSING, UNMATCHED)}
+    out.print(" · ".join(f"{n} {v}" for v, n in counts.items() if n))
+    for rt in routes:
+        if rt.verdict != OK:
+            out.print(f"[{_VERDICT_STYLE[rt.verdict]}]{rt.verdict}[/] {rt.prefix}: {rt.reason}", highlight=False)

@@ -1,0 +1,242 @@
+"""Resolver: the API engines call. For each runtime prefix: what is on disk,
+what the config declares, what to build, what vLLM 0.33 would build, and why.
+
+    r = Resolver.open("/ckpt")               # one header pass, memoized per process
+    r.route("model.layers.43.ffn.experts")   # -> Route(stored=mxfp4, vllm=nvfp4, verdict="misrouted", ...)
+
+A separate drafter checkpoint is opened on its own (``Resolver.open(draft)``)
+and routes by its own disk and config, never by the target's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from specguard.checkpoint.source import Checkpoint, open_checkpoint
+from specguard.declared import DeclaredScheme, parse_declared
+from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.formats.settle import settle
+from specguard.formats.sniff import Sniff
+from specguard.formats.table import Module, ModuleTable, classify
+from specguard.layouts import Layout, Role, layout_for
+
+OK = "ok"
+MISROUTED = "misrouted"
+MISSING = "missing"
+UNMATCHED = "unmatched pattern"
+VERDICTS = (OK, MISROUTED, MISSING, UNMATCHED)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One runtime module: where it sits, what is stored, declared, and built."""
+
+    prefix: str  # canonical runtime (quant) prefix
+    role: Role
+    kind: str  # routed_experts / linear / embedding / head / norm / other
+    stored: Scheme | None  # None: nothing on disk behind this prefix
+    declared: DeclaredScheme | None  # the config's claim for the runtime prefix
+    build: Scheme | None  # what specguard routes it to: the stored scheme
+    vllm: EngineChoice | None  # what vLLM 0.33 builds, and the rule that decided
+    checkpoint_names: tuple[str, ...]  # checkpoint module names behind the prefix
+    verdict: str
+    reason: str
+    missing: tuple[str, ...] = ()  # tensors the build needs that the disk lacks
+    unmatched: tuple[str, ...] = ()  # patterns that match this module's checkpoint names only
+    sniff: Sniff | None = field(default=None, compare=False)
+
+
+class Resolver:
+    """Routes every runtime module of one checkpoint by what it stores."""
+
+    _cache: ClassVar[dict[tuple, Resolver]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
+                 target: Resolver | None = None, platform: str = "cuda") -> None:
+        """``target``: for a separate drafter checkpoint (DSpark/EAGLE
+        ``speculative_config.model``), the target it drafts for. The drafter's
+        stored and declared schemes come from its own files; only vLLM's
+        choice (which reuses the target's quant config) needs the target."""
+        self.checkpoint = checkpoint
+        self.table: ModuleTable = classify(checkpoint)
+        self.config: Mapping = checkpoint.config or {}
+        self.target = target
+        self.layout: Layout = layout_for(
+            dict(self.config), draft_method=draft_method,
+            target_config=dict(target.config) if target is not None else None,
+        )
+        hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
+        self.declared_config = parse_declared(dict(self.config), hf_quant)
+        self.platform = platform
+        if target is None:
+            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)
+            self._vllm_model: str | None = None
+        else:
+            t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None
+            self.vllm = Vllm033(dict(target.config), t_hf, platform=platform, draft_method=draft_method,
+                                draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
+            self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
+        self._groups = self.layout.group_by_runtime_prefix(self.table.modules)
+        self._alias: dict[str, str] = {}
+        for prefix, names in self._groups.items():
+            for name in names:
+                for p in self.layout.runtime_prefixes(name):
+                    self._alias.setdefault(p, prefix)
+        self._routes: dict[str, Route] = {}
+        self._route_lock = threading.Lock()
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def open(cls, source: str | os.PathLike[str], *, revision: str | None = None, remote: bool = False,
+             draft_method: str | None = None, target: Resolver | None = None,
+             platform: str = "cuda") -> Resolver:
+        """One header pass per checkpoint per process (memoized, thread-safe).
+
+        ``source``: a local directory or file, or a HF repo id resolved
+        through the local HF cache (``remote=True``: headers over HTTP)."""
+        p = Path(source)
+        where = str(p.resolve()) if p.exists() else str(source)
+        key = (where, revision, remote, draft_method, id(target), platform)
+        with cls._lock:
+            hit = cls._cache.get(key)
+            if hit is None:
+                ckpt = open_checkpoint(source, revision=revision, remote=remote)
+                hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform)
+            return hit
+
+    @classmethod
+    def clear_cache(cls) -> None:
+        with cls._lock:
+            cls._cache.clear()
+
+    # -- lookups ------------------------------------------------------------
+
+    def prefixes(self) -> list[str]:
+        """Every canonical runtime prefix with modules on disk, in checkpoint order."""
+        return list(self._groups)
+
+    def canonical(self, prefix: str) -> str | None:
+        """The canonical prefix for any spelling (empty root, DSpark alias), or None."""
+        return self._alias.get(prefix) or (prefix if prefix in self._groups else None)
+
+    def modules(self, prefix: str) -> list[Module]:
+        c = self.canonical(prefix)
+        return [self.table[n] for n in self._groups.get(c, [])] if c else []
+
+    def on_disk(self, prefix: str) -> Scheme | None:
+        """The stored scheme behind a runtime prefix (None: nothing stored)."""
+        r = self.route(prefix)
+        return r.stored
+
+    def declared(self, prefix: str) -> DeclaredScheme:
+        return self.route(prefix).declared
+
+    def route(self, prefix: str) -> Route:
+        c = self.canonical(prefix) or prefix
+        hit = self._routes.get(c)
+        if hit is None:
+            with self._route_lock:
+                hit = self._routes.get(c)
+                if hit is None:
+                    hit = self._routes[c] = self._make_route(c)
+        return hit
+
+    def routes(self) -> list[Route]:
+        """A route per runtime module on disk, plus draft layers the config promises but the disk lacks."""
+        out = [self.route(p) for p in self._groups]
+        out += [self._absent_draft(layer) for layer in self._missing_draft_layers()]
+        return out
+
+    # -- internals ----------------------------------------------------------
+
+    def _stored(self, mods: list[Module]) -> tuple[Scheme | None, Sniff | None]:
+        settled = [settle(self.checkpoint, m) for m in mods]
+        schemes = [sc for sc, _ in settled]
+        sniff = next((sn for _, sn in settled if sn is not None), None)
+        formats = {sc.format for sc in schemes}
+        if len(formats) <= 1:
+            return (schemes[0] if schemes else None), sniff
+        parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
+        return Scheme(s.MIXED, reason=parts), sniff
+
+    def _make_route(self, prefix: str) -> Route:
+        names = self._groups.get(prefix, [])
+        mods = [self.table[n] for n in names]
+        if not mods:
+            return self._absent(prefix)
+        first = names[0]
+        role, kind = self.layout.role(first), self.layout.module_kind(first)
+        stored, sniff = self._stored(mods)
+        declared = self.declared_config.scheme_for(prefix, kind=kind)
+        vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
+        missing = tuple(sorted({p for m in mods for p in m.missing}))
+        unmatched = self._unmatched(first, prefix, kind)
+        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched)
+        return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
+                     missing, unmatched, sniff)
+
+    def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
+        """Exclusion patterns that match the checkpoint name but no runtime spelling:
+        the author meant this module, the engine will never see it matched."""
+        out = []
+        spellings = self.layout.runtime_prefixes(name)
+        for pat in self.declared_config.exclusions:
+            if pat.matches(name) and not any(pat.matches(p) for p in spellings):
+                out.append(str(pat))
+        return tuple(out)
+
+    def _absent(self, prefix: str) -> Route:
+        role = self.layout.role(prefix)
+        return Route(prefix, role, "other", None, None, None, None, (),
+                     MISSING, "no tensor on disk maps to this runtime prefix")
+
+    def _missing_draft_layers(self) -> list[int]:
+        present = {r.layer for r in (self.layout.role(n) for n in self.table.modules) if r.is_draft}
+        return [layer for layer in self.layout.draft_layers if layer not in present]
+
+    def _absent_draft(self, layer: int) -> Route:
+        prefix = f"model.layers.{layer}"
+        r = self._absent(prefix)
+        return Route(**{**r.__dict__, "reason": (
+            f"config promises draft layer {layer - self.layout.num_hidden_layers} "
+            f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
+        )})
+
+
+def _unquantized(scheme: Scheme | None) -> bool:
+    return scheme is None or not scheme.quantized
+
+
+def same_build(stored: Scheme | None, built: Scheme | None) -> bool:
+    """Does an engine method built for ``built`` read storage ``stored`` correctly?
+    Float dtypes count as one: an unquantized method loads any of them."""
+    if _unquantized(stored) and _unquantized(built):
+        return True
+    return stored is not None and built is not None and stored.format == built.format
+
+
+def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice, missing: tuple[str, ...],
+             unmatched: tuple[str, ...]) -> tuple[str, str]:
+    if stored is None:
+        return MISSING, "nothing stored"
+    if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
+        return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
+    pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
+    if not same_build(stored, vllm.scheme):
+        return MISROUTED, f"stored {stored.short()}, vLLM 0.33 builds {vllm.method} ({vllm.reason}){pattern_note}"
+    if missing:
+        return MISSING, f"stored {stored.format} lacks {', '.join(missing)}"
+    if unmatched:
+        return UNMATCHED, f"{', '.join(unmatched)} meant for this module matches nothing at runtime"
+    return OK, f"stored {stored.short()}, built as stored"
+
+
