@@ -1,0 +1,113 @@
+"""What a checkpoint's config claims for each module, one parser per stack.
+
+Pure Python over config dicts; never reads files, never imports torch.
+``parse_declared(config, hf_quant_config)`` picks the stack the way vLLM 0.33
+does (config.json's ``quantization_config`` first, hf_quant_config.json only
+without it) and returns a ``Declared`` whose ``scheme_for(name, kind=...)``
+answers with that stack's own pattern semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specguard.declared.compressed_tensors import CompressedTensorsDeclared, parse_compressed_tensors
+from specguard.declared.fp8 import Fp8Declared, parse_fp8
+from specguard.declared.model import (
+    COMPRESSED_TENSORS,
+    FNMATCHCASE,
+    GPTQ_DYNAMIC,
+    GPTQ_IN_BLOCK,
+    MODELOPT,
+    NATIVE,
+    QUANTIZED,
+    SEMANTICS,
+    TARGET,
+    TRANSFORMERS,
+    UNQUANTIZED,
+    VLLM_EXACT,
+    VLLM_SUBSTRING,
+    VLLM_SUFFIX,
+    Declared,
+    DeclaredScheme,
+    Pattern,
+)
+from specguard.declared.modelopt import ModelOptDeclared, parse_modelopt
+from specguard.declared.others import (
+    IntGroupDeclared,
+    Mxfp4Declared,
+    UnknownDeclared,
+    parse_awq,
+    parse_gptq,
+    parse_mxfp4,
+)
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
+
+_DTYPES = {"bfloat16": s.BF16, "float16": s.FP16, "half": s.FP16, "float32": s.FP32, "float": s.FP32}
+
+
+def unquantized_scheme(config: Mapping[str, Any]) -> Scheme:
+    """The float dtype a config declares for what it does not quantize."""
+    cfg = text_config(config)
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    fmt = _DTYPES.get(str(dtype).removeprefix("torch."), s.BF16)
+    return Scheme(fmt, s.PLAIN)
+
+
+def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None) -> Declared:
+    """The claims of config.json (and hf_quant_config.json, if given).
+
+    An unknown ``quant_method`` yields an ``UnknownDeclared`` whose claims are
+    all ``unknown`` with a reason: specguard says so rather than guess.
+    """
+    plain = unquantized_scheme(config)
+    cfg = text_config(config)
+    qc = config.get("quantization_config") or cfg.get("quantization_config")
+    notes: list[str] = []
+    if isinstance(qc, Mapping):
+        origin = "config.json quantization_config"
+        if hf_quant_config:
+            notes.append("hf_quant_config.json is present but vLLM reads config.json's quantization_config")
+    elif hf_quant_config:
+        qc, origin = hf_quant_config, "hf_quant_config.json"
+    else:
+        return Declared(stack="none", quant_method=None, origin="config.json", unquantized=plain)
+    qc = dict(qc)
+    method = str(qc.get("quant_method") or ("modelopt" if "quantization" in qc else "")).lower()
+    model_type = str(cfg.get("model_type") or config.get("model_type") or "")
+    common = {"origin": origin}
+    if method in ("fp8", "deepseek_v4_fp8"):
+        # DeepseekV4FP8Config.override_quantization_method: fp8 + a V4 model type.
+        v4 = method == "deepseek_v4_fp8" or model_type in DEEPSEEK_V4_TYPES
+        declared: Declared = parse_fp8(qc, dict(cfg), deepseek_v4=v4, **common)
+    elif method.startswith("modelopt"):
+        declared = parse_modelopt(qc, **common)
+    elif method == "compressed-tensors":
+        declared = parse_compressed_tensors(qc, **common)
+    elif method == "mxfp4":
+        declared = parse_mxfp4(qc, **common)
+    elif method == "gptq":
+        declared = parse_gptq(qc, **common)
+    elif method == "awq":
+        declared = parse_awq(qc, **common)
+    else:
+        declared = UnknownDeclared(stack="unknown", quant_method=method or None, origin=origin)
+    return _with(declared, plain, notes)
+
+
+def _with(declared: Declared, plain: Scheme, notes: list[str]) -> Declared:
+    from dataclasses import replace
+
+    return replace(declared, unquantized=plain, notes=(*declared.notes, *notes))
+
+
+__all__ = [
+    "COMPRESSED_TENSORS", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT", "NATIVE",
+    "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
+    "VLLM_SUFFIX", "CompressedTensorsDeclared", "Declared", "DeclaredScheme", "Fp8Declared",
+    "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "UnknownDeclared",
+    "parse_declared", "unquantized_scheme",
+]

@@ -1,0 +1,209 @@
+"""What a config claims: patterns with their stack's semantics, and per-module claims."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from specguard.declared import patterns as p
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.layouts import roles as r
+
+# Pattern semantics (stable names; lint prints them).
+VLLM_EXACT = "vllm-exact"  # is_layer_skipped(match_mode="exact")
+VLLM_SUBSTRING = "vllm-substring"
+VLLM_SUFFIX = "vllm-suffix"
+MODELOPT = "modelopt-exclude"  # exact + legacy substring + fnmatch, after the x* rewrite
+FNMATCHCASE = "fnmatchcase"  # DeepSeek-V4.1 quant config's ModelOpt-style ``ignore``
+COMPRESSED_TENSORS = "compressed-tensors"  # exact, or re: + re.match; class names
+TRANSFORMERS = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
+GPTQ_DYNAMIC = "gptq-dynamic"  # -:/+: + re.match
+GPTQ_IN_BLOCK = "gptq-in-block"  # substring
+SEMANTICS = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, MODELOPT, FNMATCHCASE, COMPRESSED_TENSORS,
+             TRANSFORMERS, GPTQ_DYNAMIC, GPTQ_IN_BLOCK)
+
+# What a match claims about the module.
+UNQUANTIZED = "unquantized"  # left in the original float dtype
+NATIVE = "native"  # left in the checkpoint's native format (V4 ``ignore``: MXFP4 experts)
+TARGET = "target"  # selects the scheme of a config group
+QUANTIZED = "quantized"  # selects a per-layer algo (quantized_layers, gptq +:)
+
+# compressed-tensors class targets, by module kind (the producer's torch classes:
+# experts and lm_head are nn.Linear in the HF model that llm-compressor walks).
+_CLASS_KINDS = {
+    "linear": frozenset({r.LINEAR, r.ROUTED_EXPERTS, r.HEAD_KIND}),
+    "embedding": frozenset({r.EMBEDDING_KIND}),
+    "routedexperts": frozenset({r.ROUTED_EXPERTS}),
+    "fusedmoe": frozenset({r.ROUTED_EXPERTS}),
+}
+_LAYER_RE = re.compile(r"^(.*?layers\.\d+)(?:\.|$)")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One ignore / exclude / target entry as written, with its stack's semantics.
+
+    ``key`` says where it was written (``quantization_config.ignored_layers[0]``);
+    ``effect`` what a match claims (``unquantized``, ``native``, ``target``,
+    ``quantized``); ``group`` the config group a target selects.
+    """
+
+    text: str
+    semantics: str
+    key: str
+    effect: str = UNQUANTIZED
+    group: str | None = None
+
+    def matches(self, name: str) -> bool:
+        """Does this entry match ``name`` (a checkpoint name or a runtime prefix)?"""
+        t, sem = self.text, self.semantics
+        if sem == VLLM_EXACT:
+            return p.vllm_is_layer_skipped(name, (t,))
+        if sem == VLLM_SUBSTRING:
+            return t in name
+        if sem == VLLM_SUFFIX:
+            return name == t or name.endswith(f".{t}")
+        if sem == MODELOPT:
+            return p.modelopt_is_excluded(name, p.modelopt_rewrite((t,)))
+        if sem == FNMATCHCASE:
+            return fnmatchcase(name, t)
+        if sem == COMPRESSED_TENSORS:
+            return p.ct_match_name(name, t)
+        if sem == TRANSFORMERS:
+            return p.transformers_not_converted(name, t)
+        if sem == GPTQ_DYNAMIC:
+            return p.gptq_dynamic_rule(name, t)
+        if sem == GPTQ_IN_BLOCK:
+            return t in name
+        raise ValueError(f"unknown pattern semantics {sem!r}")
+
+    @property
+    def is_class_target(self) -> bool:
+        """A compressed-tensors class name (``Linear``) rather than a module name."""
+        return self.semantics == COMPRESSED_TENSORS and not self.text.startswith("re:") and (
+            self.text[:1].isupper() and "." not in self.text
+        )
+
+    def matches_kind(self, kind: str) -> bool:
+        """A class target matches every module of that kind."""
+        if not self.is_class_target:
+            return False
+        return kind in _CLASS_KINDS.get(self.text.lower(), frozenset())
+
+    def applies(self, name: str, kind: str | None = None) -> bool:
+        return self.matches(name) or (kind is not None and self.matches_kind(kind))
+
+    def matching(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if self.matches(n)]
+
+    def propose(self, runtime_prefixes: Iterable[str]) -> list[str]:
+        """Entries in this stack's own syntax that match the given runtime prefixes.
+
+        For an entry that matched checkpoint names only (``mtp.*``): pass the
+        runtime prefixes of the names it matched; layer groups become one
+        wildcard where the syntax has one (``model.layers.43.*``), exact names
+        otherwise. Every proposal is checked to match what it is meant for.
+        """
+        prefixes = sorted(set(runtime_prefixes))
+        groups: dict[str, list[str]] = {}
+        for prefix in prefixes:
+            m = _LAYER_RE.match(prefix)
+            groups.setdefault(m.group(1) if m else prefix, []).append(prefix)
+        out: list[str] = []
+        for parent, members in groups.items():
+            for text in self._render(parent, members):
+                if text not in out:
+                    out.append(text)
+        proposed = [Pattern(t, self.semantics, self.key, self.effect, self.group) for t in out]
+        assert all(any(q.matches(x) for q in proposed) for x in prefixes), (self, prefixes, out)
+        return out
+
+    def _render(self, parent: str, members: list[str]) -> list[str]:
+        sem, esc = self.semantics, re.escape(parent)
+        if members == [parent]:
+            exact = {COMPRESSED_TENSORS: parent, TRANSFORMERS: f"{esc}$", GPTQ_DYNAMIC: f"-:{esc}$"}
+            return [exact.get(sem, parent)]
+        if sem in (MODELOPT, FNMATCHCASE):
+            return [f"{parent}.*"]
+        if sem == COMPRESSED_TENSORS:
+            return [f"re:{esc}\\."]
+        if sem == TRANSFORMERS:
+            return [f"{esc}\\."]
+        if sem == GPTQ_DYNAMIC:
+            return [f"-:{esc}\\."]
+        if sem in (VLLM_SUBSTRING, GPTQ_IN_BLOCK):
+            return [f"{parent}."]
+        return list(members)  # exact / suffix modes have no wildcard
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.text!r} ({self.semantics})"
+
+
+@dataclass(frozen=True)
+class DeclaredScheme:
+    """The scheme a config claims for one module, and what in the config decided it.
+
+    ``scheme`` is never None: unquantized modules get the config's float dtype
+    (``Scheme("bf16", "plain")``), so claims compare with stored schemes by
+    ``format``. ``source`` names the config key (and pattern) that decided.
+    """
+
+    scheme: Scheme
+    source: str
+    pattern: Pattern | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.scheme.quantized
+
+
+KINDS = (r.ROUTED_EXPERTS, r.LINEAR, r.EMBEDDING_KIND, r.HEAD_KIND, r.NORM, r.OTHER)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declared:
+    """What one checkpoint's config claims, with its stack's pattern semantics.
+
+    ``stack``: fp8, deepseek_v4_fp8, modelopt, compressed-tensors, mxfp4, gptq,
+    awq, none (no quantization config) or unknown (a quant_method specguard
+    does not understand: every claim is ``unknown``, never a guess).
+    """
+
+    stack: str
+    quant_method: str | None
+    origin: str  # "config.json quantization_config" / "hf_quant_config.json" / "none"
+    patterns: tuple[Pattern, ...] = ()
+    notes: tuple[str, ...] = ()
+    unquantized: Scheme = field(default_factory=lambda: Scheme(s.BF16, s.PLAIN))
+
+    @property
+    def understood(self) -> bool:
+        return self.stack != "unknown"
+
+    @property
+    def exclusions(self) -> tuple[Pattern, ...]:
+        """The ignore / exclude entries (patterns whose match keeps a module out)."""
+        return tuple(x for x in self.patterns if x.effect in (UNQUANTIZED, NATIVE))
+
+    def scheme_for(self, name: str, *, kind: str) -> DeclaredScheme:
+        """The claim for one module. ``name`` is matched verbatim with this
+        stack's semantics (pass checkpoint names, runtime prefixes or both in
+        turn: the difference is what lint reports); ``kind`` is a layouts
+        module kind."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown module kind {kind!r}; expected one of {KINDS}")
+        if kind in (r.NORM, r.OTHER):
+            return DeclaredScheme(self.unquantized, "norms and mixing parameters are never quantized")
+        return self._scheme_for(name, kind)
+
+    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
+        return DeclaredScheme(self.unquantized, f"{self.origin}: no quantization")
+
+    def _first(self, name: str, kind: str | None, effects: tuple[str, ...]) -> Pattern | None:
+        return next((x for x in self.patterns if x.effect in effects and x.applies(name, kind)), None)
+
+    def _plain(self, why: str, pattern: Pattern | None = None) -> DeclaredScheme:
+        return DeclaredScheme(self.unquantized, why if pattern is None else f"{pattern}", pattern)

@@ -1,0 +1,126 @@
+"""transformers MXFP4 (gpt-oss), GPTQ, AWQ, unquantized and unknown configs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specguard.declared.model import (
+    GPTQ_DYNAMIC,
+    GPTQ_IN_BLOCK,
+    QUANTIZED,
+    TRANSFORMERS,
+    UNQUANTIZED,
+    VLLM_SUBSTRING,
+    Declared,
+    DeclaredScheme,
+    Pattern,
+)
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.layouts import roles as r
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mxfp4Declared(Declared):
+    """transformers ``Mxfp4Config``: only the MoE experts are converted
+    (integrations/mxfp4.py ``replace_with_mxfp4_linear``); ``modules_to_not_convert``
+    uses ``should_convert_module`` matching."""
+
+    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
+        if kind != r.ROUTED_EXPERTS:
+            return self._plain("transformers mxfp4 converts MoE experts only")
+        hit = self._first(name, None, (UNQUANTIZED,))
+        if hit is not None:
+            return self._plain("", hit)
+        return DeclaredScheme(Scheme(s.MXFP4, s.GPT_OSS, group_size=32, scale_dtype="U8", weight_dtype="U8"),
+                              "quantization_config.quant_method=mxfp4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntGroupDeclared(Declared):
+    """GPTQ (``bits``, ``group_size``, ``dynamic``, ``modules_in_block_to_quantize``,
+    ``lm_head``) and AWQ (``w_bit``/``bits``, ``q_group_size``/``group_size``,
+    ``modules_to_not_convert`` substring, ``lm_head``) as vLLM 0.33 reads them
+    (auto_gptq.py / utils/gptq_utils.py, auto_awq.py)."""
+
+    bits: int = 4
+    group_size: int | None = 128
+    lm_head: bool = False
+    dynamic: dict[str, dict] = field(default_factory=dict)
+
+    def _scheme(self, bits: int, group: int | None) -> Scheme:
+        fmt = {4: s.INT4_GROUP, 8: s.INT8_GROUP}.get(bits)
+        if fmt is None:
+            return Scheme(s.UNKNOWN, self.stack, reason=f"{bits}-bit {self.stack} has no format name")
+        group = None if group in (None, -1) else group
+        return Scheme(fmt, self.stack, group_size=group, weight_dtype="I32",
+                      pack_axis=0 if self.stack == s.GPTQ else 1)
+
+    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
+        key = "quantization_config"
+        if kind == r.EMBEDDING_KIND:
+            return self._plain(f"{self.stack} does not quantize embeddings")
+        if kind == r.HEAD_KIND and not self.lm_head:
+            return self._plain(f"{key}.lm_head is false")
+        neg = next((x for x in self.patterns if x.semantics == GPTQ_DYNAMIC and x.text.startswith("-:")
+                    and x.matches(name)), None)
+        if neg is not None:
+            return self._plain("", neg)
+        skip = next((x for x in self.patterns if x.effect == UNQUANTIZED and x.matches(name)), None)
+        if skip is not None:
+            return self._plain("", skip)
+        in_block = [x for x in self.patterns if x.semantics == GPTQ_IN_BLOCK]
+        if in_block and kind == r.LINEAR and not any(x.matches(name) for x in in_block):
+            return self._plain(f"{key}.modules_in_block_to_quantize does not list it")
+        pos = next((x for x in self.patterns if x.semantics == GPTQ_DYNAMIC and not x.text.startswith("-:")
+                    and x.matches(name)), None)
+        if pos is not None:
+            override = self.dynamic.get(pos.text, {})
+            bits = override.get("bits", self.bits)
+            group = override.get("group_size", self.group_size)
+            return DeclaredScheme(self._scheme(bits, group), str(pos), pos)
+        return DeclaredScheme(self._scheme(self.bits, self.group_size),
+                              f"{key}.bits={self.bits}, group_size={self.group_size}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnknownDeclared(Declared):
+    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
+        reason = f"quant_method {self.quant_method!r} is not understood by specguard"
+        return DeclaredScheme(Scheme(s.UNKNOWN, reason=reason), f"{self.origin}.quant_method")
+
+
+def parse_mxfp4(qc: dict, *, origin: str) -> Mxfp4Declared:
+    keys = qc.get("modules_to_not_convert") or ()
+    patterns = tuple(Pattern(t, TRANSFORMERS, f"quantization_config.modules_to_not_convert[{i}]")
+                     for i, t in enumerate(keys) if isinstance(t, str))
+    return Mxfp4Declared(stack="mxfp4", quant_method="mxfp4", origin=origin, patterns=patterns)
+
+
+def parse_gptq(qc: dict, *, origin: str) -> IntGroupDeclared:
+    key = "quantization_config"
+    dynamic = {k: v for k, v in (qc.get("dynamic") or {}).items() if isinstance(k, str)}
+    patterns = [Pattern(k, GPTQ_DYNAMIC, f"{key}.dynamic", UNQUANTIZED if k.startswith("-:") else QUANTIZED)
+                for k in dynamic]
+    block = qc.get("modules_in_block_to_quantize") or []
+    flat = [t for item in block for t in (item if isinstance(item, list) else [item]) if isinstance(t, str)]
+    patterns += [Pattern(t, GPTQ_IN_BLOCK, f"{key}.modules_in_block_to_quantize", QUANTIZED) for t in flat]
+    notes = []
+    if qc.get("checkpoint_format") == "gptq_v2":
+        notes.append("checkpoint_format gptq_v2: zeros stored exact (v1 stores zero-1)")
+    return IntGroupDeclared(
+        stack=s.GPTQ, quant_method="gptq", origin=origin, patterns=tuple(patterns), notes=tuple(notes),
+        bits=int(qc.get("bits", 4)), group_size=qc.get("group_size", 128), lm_head=bool(qc.get("lm_head")),
+        dynamic=dynamic,
+    )
+
+
+def parse_awq(qc: dict, *, origin: str) -> IntGroupDeclared:
+    keys = qc.get("modules_to_not_convert") or ()
+    patterns = tuple(Pattern(t, VLLM_SUBSTRING, f"quantization_config.modules_to_not_convert[{i}]")
+                     for i, t in enumerate(keys) if isinstance(t, str))
+    return IntGroupDeclared(
+        stack=s.AWQ, quant_method="awq", origin=origin, patterns=patterns,
+        bits=int(qc.get("w_bit", qc.get("bits", 4))), group_size=qc.get("q_group_size", qc.get("group_size", 128)),
+        lm_head=bool(qc.get("lm_head")),
+    )

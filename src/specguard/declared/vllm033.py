@@ -1,0 +1,398 @@
+"""What vLLM 0.33.0 itself builds for a runtime prefix: its routing, verbatim.
+
+This is the behaviour specguard corrects, re-stated from vLLM's source so users
+see where it goes wrong (FORMATS.md "How vLLM 0.33 routes"). Sources, all in
+vllm 0.33.0 site-packages:
+
+- quant-config class: model_executor/layers/quantization/__init__.py
+  ``get_quantization_config``: ``deepseek_v4_fp8`` is
+  ``models.deepseek_v41.quant_config.DeepseekV4FP8Config`` on CUDA/ROCm and
+  ``models.deepseek_v4.quant_config.DeepseekV4FP8Config`` elsewhere (CPU).
+  ``override_quantization_method`` claims ``fp8`` for model_type deepseek_v4
+  (V4 class) or deepseek_v4/_text/v41/v41_text (V4.1 class).
+- routed experts: ``DeepseekV4FP8Config.get_quant_method``:
+  ``is_layer_skipped`` (exact) -> UnquantizedFusedMoEMethod; expert_dtype fp4:
+  V4 class ``moe_quant_algo == "NVFP4"`` -> ModelOptNvFp4FusedMoE else
+  Mxfp4MoEMethod, whatever the prefix; V4.1 class ``_is_nvfp4_expert_layer``
+  additionally consults the ModelOpt-style ``ignore`` list (fnmatchcase on
+  ``mtp.{k}.ffn.experts`` / ``layers.{i}.ffn.experts``); expert_dtype fp8 ->
+  Fp8MoEMethod. ``expert_dtype`` and ``moe_quant_algo`` are read lazily from
+  ``get_current_vllm_config().model_config.hf_config``, which is the *target's*
+  config also while a draft is built (dspark/utils.py ``load_dspark_model``
+  keeps the target's model_config).
+- linears: V4.1 MXFP8 path for ``weight_block_size == [32, 32]`` with E8M0
+  scales; otherwise ``Fp8Config.get_quant_method`` (``is_layer_skipped`` with
+  the model's ``packed_modules_mapping``). Embeddings and ParallelLMHead get
+  no method from Fp8Config.
+- ignore lists: ``model_loader/utils.py configure_quant_config`` applies the
+  target class's ``hf_to_vllm_mapper.get_rename_mapper()`` to
+  ``ignored_layers`` (DeepSeek-V4: ``mtp.*`` -> ``model.mtp.*``,
+  ``layers.N`` -> ``model.layers.N``); the MTP draft reuses that object
+  (spec_decode/eagle/utils.py ``load_eagle_model``); only
+  ``amd/mtp.py`` calls ``align_mtp_quant_config`` (``model.mtp.{i}.`` ->
+  ``model.layers.{N+i}.``); DSpark builds a fresh config from the draft model
+  config (``get_draft_quant_config``) whose lists keep raw checkpoint names.
+- compressed-tensors: ``CompressedTensorsConfig.apply_vllm_mapper`` maps
+  dotted layer paths only; ``re:`` entries are never remapped.
+- modules built with ``quant_config=None`` (never quantized): DeepSeek-V4
+  ``ffn.gate`` (GateLinear), ``compressor.fused_wkv_wgate``,
+  ``indexer.weights_proj``, the target's and DSpark's ``lm_head``; V3 MTP
+  ``eh_proj`` (a plain ``nn.Linear``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from specguard.declared import parse_declared
+from specguard.declared.compressed_tensors import CompressedTensorsDeclared
+from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
+from specguard.declared.model import NATIVE, TARGET, UNQUANTIZED, Declared
+from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
+from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
+from specguard.declared.patterns import (
+    FusedShardMismatch,
+    modelopt_is_excluded,
+    modelopt_rewrite,
+    regex_match,
+    vllm_is_layer_skipped,
+)
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.layouts import Layout, layout_for
+from specguard.layouts import roles as r
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
+
+PLATFORMS = ("cuda", "rocm", "cpu")
+TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
+MODELS = (TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL)
+
+V4_CLASS = "vllm.models.deepseek_v4.quant_config.DeepseekV4FP8Config"
+V41_CLASS = "vllm.models.deepseek_v41.quant_config.DeepseekV4FP8Config"
+_QC = "vllm.model_executor.layers.quantization"
+_EXPERTS_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.ffn\.experts$")
+_NO_QUANT_CONFIG = ("ffn.gate", "compressor.fused_wkv_wgate", "indexer.weights_proj")
+# packed_modules_mapping of the model classes (nvidia/model.py, cpu/model.py, deepseek_v2.py).
+_V4_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"], "fused_wkv_wgate": ["wkv", "wgate"]}
+_V4_CPU_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"]}
+
+# nvidia/model.py ``_make_deepseek_v4_weights_mapper("fp4").get_rename_mapper()``.
+_V4_RENAME_REGEX = (
+    (re.compile(r"(\.experts\.\d+\.w[123]\.base_layer)\.scale$"), r"\1.weight_scale"),
+    (re.compile(r"(\.experts\.\d+\.w[123])\.scale$"), r"\1.weight_scale"),
+    (re.compile(r"\.scale$"), ".weight_scale_inv"),
+)
+_V4_RENAME_PREFIX = (("layers.", "model.layers."), ("embed.", "model.embed."), ("norm.", "model.norm."),
+                     ("hc_head", "model.hc_head"), ("mtp.", "model.mtp."))
+_V4_RENAME_SUFFIX = (("head.weight", "lm_head.weight"), ("embed.weight", "embed_tokens.weight"),
+                     (".ffn.gate.bias", ".ffn.gate.e_score_correction_bias"))
+
+
+def deepseek_v4_rename(name: str, *, v41: bool = False) -> str:
+    """A name through DeepSeek-V4's ``hf_to_vllm_mapper.get_rename_mapper()``
+    (``WeightsMapper._map_name_with_shard`` order: regex, substr, prefix, suffix;
+    entries mapping to None are dropped by ``get_rename_mapper``)."""
+    for pattern, new in _V4_RENAME_REGEX:
+        if pattern.search(name):
+            name = pattern.sub(new, name)
+    if ".shared_experts.w2" in name:
+        name = name.replace(".shared_experts.w2", ".shared_experts.down_proj", 1)
+    for old, new in _V4_RENAME_PREFIX:
+        if v41 and old == "hc_head":  # deepseek_v41's mapper has no hc_head entry
+            continue
+        if name.startswith(old):
+            name = name.replace(old, new, 1)
+    for old, new in _V4_RENAME_SUFFIX:
+        if name.endswith(old):
+            name = new.join(name.rsplit(old, 1))
+    return name
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The quant method vLLM 0.33 builds for one layer, as a Scheme, and why."""
+
+    scheme: Scheme
+    method: str  # vLLM class name of the quant method
+    reason: str  # the rule that decided, citing vLLM's file:function
+    quant_config: str | None  # vLLM quant-config class path, None without quantization
+
+    @property
+    def quantized(self) -> bool:
+        return self.scheme.quantized
+
+
+class Vllm033:
+    """vLLM 0.33.0's routing for one target checkpoint (and its draft).
+
+    ``platform`` picks the quant-config class (``cuda``/``rocm``: V4.1 class,
+    ``cpu``: V4 class) and whether ``align_mtp_quant_config`` runs (``rocm``).
+    ``draft_config`` (+ ``draft_hf_quant_config``) is a separate drafter
+    checkpoint's config (DSpark/EAGLE ``speculative_config.model``).
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        hf_quant_config: Mapping[str, Any] | None = None,
+        *,
+        platform: str = "cuda",
+        draft_method: str | None = None,
+        draft_config: Mapping[str, Any] | None = None,
+        draft_hf_quant_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if platform not in PLATFORMS:
+            raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
+        self.platform = platform
+        self.config = config
+        self.text = text_config(config)
+        self.layout: Layout = layout_for(config, draft_method=draft_method)
+        self.declared = parse_declared(config, hf_quant_config)
+        self.draft_declared = (
+            parse_declared(draft_config, draft_hf_quant_config) if draft_config is not None else self.declared
+        )
+        self.draft_text = text_config(draft_config) if draft_config is not None else self.text
+        self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
+
+    # -- which class, which lists --------------------------------------------
+
+    def quant_config_class(self, model: str = TARGET_MODEL) -> str | None:
+        """Class path of the quant config vLLM builds for the target or a draft."""
+        d, model_type = self._declared(model)
+        return _class_of(d, model_type, self.platform)
+
+    def ignored_layers(self, model: str = TARGET_MODEL) -> tuple[str, ...]:
+        """The ignore list as vLLM matches it for ``model``: renamed through the
+        target class's mapper for the target and the MTP draft (which shares the
+        object), re-keyed on ROCm only, raw for a DSpark/EAGLE draft's fresh config."""
+        d, _ = self._declared(model)
+        raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES:
+            return tuple(raw)
+        v41 = self.model_type.startswith("deepseek_v41")
+        names = [deepseek_v4_rename(x, v41=v41) for x in raw]
+        if self.platform == "rocm" and model == MTP_MODEL:
+            n = int(self.text.get("num_hidden_layers") or 0)
+            for i in range(int(self.text.get("num_nextn_predict_layers") or 0)):
+                names = [x.replace(f"model.mtp.{i}.", f"model.layers.{n + i}.", 1)
+                         if x.startswith(f"model.mtp.{i}.") else x for x in names]
+        return tuple(names)
+
+    # -- the routing ------------------------------------------------------------
+
+    def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
+        """What vLLM 0.33 builds for the layer at ``runtime_prefix``.
+
+        ``model`` defaults to the draft model for draft prefixes (per the
+        layout's draft kind) and the target otherwise.
+        """
+        model = model or self._model_of(runtime_prefix)
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; expected one of {MODELS}")
+        d, model_type = self._declared(model)
+        cls = _class_of(d, model_type, self.platform)
+        if kind in (r.NORM, r.OTHER):
+            return self._plain(d, cls, "Parameter", "not a quantizable layer")
+        if self._built_without_quant_config(runtime_prefix, kind, model):
+            return self._plain(d, cls, "UnquantizedLinearMethod",
+                               "the model builds this layer with quant_config=None")
+        if cls is None:
+            if d.stack == "unknown":
+                return EngineChoice(Scheme(s.UNKNOWN, reason=f"quant_method {d.quant_method!r}"),
+                                    "unknown", "specguard does not model this quant_method", None)
+            return self._plain(d, None, "UnquantizedLinearMethod", "no quantization config")
+        if isinstance(d, Fp8Declared):
+            return self._fp8(d, cls, runtime_prefix, kind, model)
+        if isinstance(d, ModelOptDeclared):
+            return self._modelopt(d, cls, runtime_prefix, kind)
+        if isinstance(d, CompressedTensorsDeclared):
+            return self._compressed_tensors(d, cls, runtime_prefix, kind)
+        if isinstance(d, Mxfp4Declared):
+            if kind == r.ROUTED_EXPERTS:
+                return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
+                                    "mxfp4.py Mxfp4Config.get_quant_method: every RoutedExperts", cls)
+            return self._plain(d, cls, "UnquantizedLinearMethod", "mxfp4.py: linears stay unquantized")
+        if isinstance(d, IntGroupDeclared):
+            claim = d.scheme_for(runtime_prefix, kind=kind)
+            method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
+            return EngineChoice(claim.scheme, method if claim.quantized else "UnquantizedLinearMethod",
+                                f"{d.stack}: {claim.source}", cls)
+        return self._plain(d, cls, "UnquantizedLinearMethod", "no quantization config")
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _declared(self, model: str) -> tuple[Declared, str]:
+        if model in (DSPARK_MODEL, EAGLE_MODEL):
+            return self.draft_declared, str(self.draft_text.get("model_type") or "")
+        return self.declared, self.model_type
+
+    def _model_of(self, prefix: str) -> str:
+        role = self.layout.role(prefix)
+        if not role.is_draft:
+            return TARGET_MODEL
+        return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(role.draft_kind or "", MTP_MODEL)
+
+    def _built_without_quant_config(self, prefix: str, kind: str, model: str) -> bool:
+        family = self.layout.family
+        if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
+            return True
+        if kind == r.HEAD_KIND and prefix == "lm_head" and family == "deepseek_v4":
+            return True  # nvidia/model.py and dspark.py build ParallelLMHead without quant_config
+        return family == "deepseek_v3" and prefix.endswith(".eh_proj") and self.layout.role(prefix).is_draft
+
+    def _plain(self, d: Declared, cls: str | None, method: str, why: str) -> EngineChoice:
+        return EngineChoice(d.unquantized, method, why, cls)
+
+    def _packed(self, model: str) -> Mapping[str, Sequence[str]]:
+        if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
+            if self.layout.family == "deepseek_v3" and model != DSPARK_MODEL:
+                packed = {"gate_up_proj": ["gate_proj", "up_proj"]}
+                if self.text.get("q_lora_rank") is not None:
+                    packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
+                return packed
+            return {}
+        return _V4_CPU_PACKED if self.platform == "cpu" else _V4_PACKED
+
+    def _skipped(self, prefix: str, model: str) -> tuple[bool, str]:
+        ignored = self.ignored_layers(model)
+        try:
+            hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
+        except FusedShardMismatch as exc:
+            return False, f"vLLM raises: {exc}"
+        return hit, f"ignored_layers as vLLM holds them for the {model} model: {list(ignored)}"
+
+    def _fp8(self, d: Fp8Declared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        target = self.declared if isinstance(self.declared, Fp8Declared) else d
+        # expert_dtype / moe_quant_algo come from the target's hf_config (lazy properties).
+        expert_dtype, algo = target.expert_dtype, target.moe_quant_algo
+        e8m0 = expert_dtype == "fp4" if cls in (V4_CLASS, V41_CLASS) else d.e8m0
+        block = d.weight_block_size
+        where = {V4_CLASS: "deepseek_v4 DeepseekV4FP8Config.get_quant_method",
+                 V41_CLASS: "deepseek_v41 DeepseekV4FP8Config.get_quant_method"}.get(
+            cls, "fp8.py Fp8Config.get_quant_method")
+        if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
+            return self._plain(d, cls, "None", "Fp8Config.get_quant_method returns None for embeddings/heads")
+        skipped, lists = self._skipped(prefix, model)
+        if kind == r.LINEAR:
+            if skipped:
+                return self._plain(d, cls, "UnquantizedLinearMethod", f"is_layer_skipped (exact); {lists}")
+            scheme = fp8_linear_scheme(block, e8m0, cls == V41_CLASS)
+            method = "ModelOptLinearMethod" if scheme.format == s.MXFP8 else "Fp8LinearMethod"
+            return EngineChoice(scheme, method, f"{where}: linear, not in ignored_layers", cls)
+        if skipped:
+            return self._plain(d, cls, "UnquantizedFusedMoEMethod", f"is_layer_skipped (exact); {lists}")
+        if cls not in (V4_CLASS, V41_CLASS) or expert_dtype == "fp8":
+            if d.store_dtype == "mxfp4":
+                return EngineChoice(Scheme(s.MXFP4, group_size=32), "Mxfp4MoEMethod", "Fp8Config store_dtype", cls)
+            return EngineChoice(fp8_linear_scheme(block, e8m0, False), "Fp8MoEMethod",
+                                f"{where}: expert_dtype={expert_dtype} -> Fp8Config", cls)
+        if cls == V41_CLASS:
+            nvfp4, why = self._v41_is_nvfp4(d, prefix, algo)
+        else:
+            nvfp4 = algo == "NVFP4"
+            why = f"moe_quant_algo={algo or 'unset'} (one global switch, prefix unused)"
+        if nvfp4:
+            return EngineChoice(NVFP4_MODELOPT, "ModelOptNvFp4FusedMoE", f"{where}: {why}", cls)
+        return EngineChoice(MXFP4_DEEPSEEK, "Mxfp4MoEMethod", f"{where}: {why}", cls)
+
+    def _v41_is_nvfp4(self, d: Fp8Declared, prefix: str, algo: str) -> tuple[bool, str]:
+        """deepseek_v41/quant_config.py ``_is_nvfp4_expert_layer``."""
+        if algo != "NVFP4":
+            return False, f"_is_nvfp4_expert_layer: moe_quant_algo={algo or 'unset'}"
+        ignore = [x.text for x in d.patterns if x.effect == NATIVE]
+        m = _EXPERTS_LAYER_RE.search(prefix)
+        if m is None or not ignore:
+            return True, "_is_nvfp4_expert_layer: moe_quant_algo=NVFP4 and no ModelOpt-style ignore list"
+        n = int(self.text.get("num_hidden_layers") or 0)  # hf_text_config of the *target*
+        idx = int(m.group(1))
+        name = (f"mtp.{idx - n}" if idx >= n else f"layers.{idx}") + ".ffn.experts"
+        hit = next((p for p in ignore if fnmatchcase(name, p)), None)
+        if hit is None:
+            return True, f"_is_nvfp4_expert_layer: {name!r} matches no ignore entry {ignore}"
+        return False, f"_is_nvfp4_expert_layer: {name!r} matches ignore entry {hit!r}"
+
+    def _modelopt(self, d: ModelOptDeclared, cls: str, prefix: str, kind: str) -> EngineChoice:
+        if kind == r.EMBEDDING_KIND:
+            return self._plain(d, cls, "None", "modelopt.py get_quant_method: no method for embeddings")
+        excludes = modelopt_rewrite(x.text for x in d.patterns if x.effect == UNQUANTIZED)
+        if modelopt_is_excluded(prefix, excludes):
+            return self._plain(d, cls, "UnquantizedLinearMethod",
+                               f"modelopt.py is_layer_excluded: {excludes}")
+        claim = d.scheme_for(prefix, kind=kind)
+        method = "ModelOptLinearMethod" if kind in (r.LINEAR, r.HEAD_KIND) else {
+            s.NVFP4: "ModelOptNvFp4FusedMoE", s.FP8_TENSOR: "ModelOptFp8MoEMethod",
+            s.FP8_BLOCK: "Fp8MoEMethod", s.MXFP8: "ModelOptMxFp8FusedMoE",
+        }.get(claim.scheme.format, "UnquantizedFusedMoEMethod")
+        if not claim.quantized:
+            method = "UnquantizedLinearMethod" if kind != r.ROUTED_EXPERTS else "UnquantizedFusedMoEMethod"
+        return EngineChoice(claim.scheme, method, f"modelopt.py get_quant_method: {claim.source}", cls)
+
+    def _compressed_tensors(self, d: CompressedTensorsDeclared, cls: str, prefix: str, kind: str) -> EngineChoice:
+        """compressed_tensors.py ``get_scheme_dict``: ``should_ignore_layer`` then
+        ``find_matched_target`` (exact / ``re:`` in order, then the module class
+        name by *substring*: ``Linear`` is in ``ColumnParallelLinear``, not in
+        ``ParallelLMHead``). RoutedExperts are looked up as ``{prefix}.0.{proj}``."""
+        if kind == r.EMBEDDING_KIND:
+            return self._plain(d, cls, "None", "compressed-tensors embeddings: INT WNA16 only")
+        names = [prefix]
+        if kind == r.ROUTED_EXPERTS:
+            projs = ("w1", "w3", "w2") if self.layout.family == "deepseek_v4" else ("gate_proj", "up_proj", "down_proj")
+            names = [f"{prefix}.0.{p}" for p in projs]
+        ignore = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+        if all(any(_ct_vllm_match(n, t) for t in ignore) for n in names):
+            return self._plain(d, cls, "Unquantized", f"should_ignore_layer: ignore {ignore}")
+        targets = [x for x in d.patterns if x.effect == TARGET]
+        klass = {r.LINEAR: "ColumnParallelLinear", r.ROUTED_EXPERTS: "RoutedExperts",
+                 r.HEAD_KIND: "ParallelLMHead"}.get(kind, "")
+        hit = next((x for x in targets if _ct_vllm_match(names[0], x.text)), None) or next(
+            (x for x in targets if (not x.text.startswith("re:") and x.text.lower() in klass.lower())
+             or (kind == r.ROUTED_EXPERTS and x.text == "Linear")), None)
+        if hit is None:
+            return self._plain(d, cls, "UnquantizedLinearMethod", "find_matched_target: no target matches")
+        method = "CompressedTensorsMoEMethod" if kind == r.ROUTED_EXPERTS else "CompressedTensorsLinearMethod"
+        return EngineChoice(d.group_schemes[hit.group or ""], method, f"find_matched_target: {hit}", cls)
+
+
+def _ct_vllm_match(name: str, target: str) -> bool:
+    """config_utils.py ``is_equal_or_regex_match`` (no contains / fnmatch)."""
+    if target.startswith("re:"):
+        return regex_match(target[3:], name)
+    return target == name
+
+
+def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
+    if d.stack == "none" or d.stack == "unknown":
+        return None
+    if isinstance(d, Fp8Declared):
+        on_gpu = platform in ("cuda", "rocm")
+        # override_quantization_method of the class the platform registers
+        v4_types = DEEPSEEK_V4_TYPES if on_gpu else {"deepseek_v4"}
+        if model_type in v4_types or d.quant_method == "deepseek_v4_fp8":
+            return V41_CLASS if on_gpu else V4_CLASS
+        return f"{_QC}.fp8.Fp8Config"
+    if isinstance(d, ModelOptDeclared):
+        name = {"NVFP4": "ModelOptNvFp4Config", "W4A16_NVFP4": "ModelOptNvFp4Config", "MXFP8": "ModelOptMxFp8Config",
+                "MIXED_PRECISION": "ModelOptMixedPrecisionConfig"}.get(d.quant_algo, "ModelOptFp8Config")
+        return f"{_QC}.modelopt.{name}"
+    return {
+        "compressed-tensors": f"{_QC}.compressed_tensors.compressed_tensors.CompressedTensorsConfig",
+        "mxfp4": f"{_QC}.mxfp4.GptOssMxfp4Config",
+        "gptq": f"{_QC}.auto_gptq.AutoGPTQConfig",
+        "awq": f"{_QC}.auto_awq.AutoAWQConfig",
+    }.get(d.stack)
+
+
+__all__ = [
+    "MODELS",
+    "PLATFORMS",
+    "V4_CLASS",
+    "V41_CLASS",
+    "EngineChoice",
+    "Vllm033",
+    "deepseek_v4_rename",
+    "modelopt_algo_scheme",
+]
