@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations import checkpoints, vllm_harness
+from tests.integrations import vllm_harness
 
 vllm_harness.set_cpu_env()  # before anything imports vLLM
 
@@ -19,24 +20,33 @@ def ckpt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("vllm-ckpts")
 
 
+def scenario(root: Path, name: str, quantization: dict | None = None, tag: str = "") -> Path:
+    """A factory scenario; ``quantization`` entries replace config.json's claims, not the bytes."""
+    from specguard.factory import write_scenario
+
+    path = write_scenario(name, root / f"{name}{tag}").path
+    if quantization:
+        cfg_path = path / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["quantization_config"].update(quantization)
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
 @pytest.fixture(scope="session")
 def s1_dir(ckpt_root: Path) -> Path:
-    return checkpoints.s1(ckpt_root / "s1")
+    return scenario(ckpt_root, "s1")
 
 
 @pytest.fixture(scope="session")
 def s1_ignore_dir(ckpt_root: Path) -> Path:
-    return checkpoints.s1(ckpt_root / "s1-ignore", ignore=["mtp.*"])
+    """S1 with the ModelOpt-style ``ignore`` list the V4.1 class honours."""
+    return scenario(ckpt_root, "s1", {"ignore": ["mtp.*"]}, "-ignore")
 
 
 @pytest.fixture(scope="session")
 def s3_dir(ckpt_root: Path) -> Path:
-    return checkpoints.s3(ckpt_root / "s3")
-
-
-@pytest.fixture(scope="session")
-def s8_dir(ckpt_root: Path) -> Path:
-    return checkpoints.s8_nvfp4(ckpt_root / "s8-nvfp4")
+    return scenario(ckpt_root, "s3")
 
 
 @pytest.fixture(scope="session")
@@ -68,8 +78,8 @@ def s3_mtp(s3_dir: Path, cpu_vllm: None) -> Any:
 
 
 @pytest.fixture(scope="session")
-def s8_mtp(s8_dir: Path, cpu_vllm: None) -> Any:
-    return _mtp_config(s8_dir)
+def s8_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
+    return _mtp_config(scenario(ckpt_root, "s8"))
 
 
 @pytest.fixture
@@ -106,18 +116,32 @@ def specguard_log() -> Iterator[list[logging.LogRecord]]:
 
 @pytest.fixture(scope="session")
 def s2_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
-    return _mtp_config(checkpoints.s2(ckpt_root / "s2"))
+    return _mtp_config(scenario(ckpt_root, "s2"))
 
 
 @pytest.fixture(scope="session")
-def s1_bf16_linears_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
-    return _mtp_config(checkpoints.s1_bf16_linears(ckpt_root / "s1-bf16-linears"))
+def s1_rekey_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
+    """S1 whose ignored_layers also lists the draft's e_proj by checkpoint name."""
+    q = {"ignored_layers": ["mtp.*", "mtp.0.e_proj"]}
+    return _mtp_config(scenario(ckpt_root, "s1", q, "-rekey"))
 
 
 @pytest.fixture(scope="session")
-def s8_with_s3_drafter(s8_dir: Path, s3_dir: Path, cpu_vllm: None) -> Any:
-    """Target S8 (draft region NVFP4) served with a separate DSpark drafter: S3 (MXFP4)."""
-    spec = {"method": "dspark", "num_speculative_tokens": 3, "model": str(s3_dir)}
-    cfg = vllm_harness.engine_config(str(s8_dir), spec)
+def s1_dspark(ckpt_root: Path, cpu_vllm: None) -> Any:
+    cfg = vllm_harness.engine_config(
+        str(scenario(ckpt_root, "s1-dspark")), {"method": "dspark", "num_speculative_tokens": 3}
+    )
+    vllm_harness.init_single_rank(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def s4(ckpt_root: Path, cpu_vllm: None) -> Any:
+    """S4: NVFP4 target served with its separate native-FP4 DSpark drafter checkpoint."""
+    from specguard.factory import write_scenario
+
+    info = write_scenario("s4", ckpt_root / "s4")
+    spec = {"method": "dspark", "num_speculative_tokens": 3, "model": str(info.drafter_path)}
+    cfg = vllm_harness.engine_config(str(info.path), spec)
     vllm_harness.init_single_rank(cfg)
     return cfg

@@ -16,21 +16,27 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from specguard import factory
 from specguard.guard import LoadGuard
 from specguard.integrations.vllm import installed, loading, routing
 from specguard.integrations.vllm.settings import WARN, Settings
-from tests.integrations import checkpoints as C
 from tests.integrations import vllm_harness as H
 
 EXPERTS = "model.layers.2.mtp_block.ffn.experts.routed_experts."
 NVFP4_PER_TENSOR = ("w13_input_scale", "w13_weight_scale_2", "w2_input_scale", "w2_weight_scale_2")
-I = C.INTER  # noqa: E741  (the paper's name for the expert intermediate size)
+SIZES = factory.SIZES["tiny"]
+I = SIZES.moe_inter  # noqa: E741  (the expert intermediate size)
 
 
 @pytest.fixture(scope="module")
 def s1_draft(s1_dir: Path) -> dict[str, torch.Tensor]:
-    with safe_open(str(s1_dir / "model.safetensors"), framework="pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys() if k.startswith("mtp.0.ffn.experts.")}  # noqa: SIM118
+    out = {}
+    for shard in sorted(s1_dir.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            for k in f.keys():  # noqa: SIM118
+                if k.startswith("mtp.0.ffn.experts."):
+                    out[k] = f.get_tensor(k)
+    return out
 
 
 def experts_params(model: Any) -> dict[str, torch.Tensor]:
@@ -82,12 +88,13 @@ def test_plugin_loads_s1_draft_experts_into_mxfp4_parameters(
         "w13_weight_scale": ("torch.uint8", (4, 2 * I, 8)),
         "w2_weight_scale": ("torch.uint8", (4, 256, I // 32)),
     }
-    for e in range(C.EXPERTS):
+    for e in range(SIZES.experts):
         t = {k.removeprefix(f"mtp.0.ffn.experts.{e}."): v for k, v in s1_draft.items()
              if k.startswith(f"mtp.0.ffn.experts.{e}.")}
-        assert torch.equal(p["w13_weight"][e, :I], t["w1.weight"])
-        assert torch.equal(p["w13_weight"][e, I:], t["w3.weight"])
-        assert torch.equal(p["w2_weight"][e], t["w2.weight"])
+        # DeepSeek stores the packed FP4 bytes as I8; the loader keeps every byte.
+        assert torch.equal(p["w13_weight"][e, :I], t["w1.weight"].view(torch.uint8))
+        assert torch.equal(p["w13_weight"][e, I:], t["w3.weight"].view(torch.uint8))
+        assert torch.equal(p["w2_weight"][e], t["w2.weight"].view(torch.uint8))
         assert torch.equal(p["w13_weight_scale"][e, :I], t["w1.scale"].view(torch.uint8))
         assert torch.equal(p["w13_weight_scale"][e, I:], t["w3.scale"].view(torch.uint8))
         assert torch.equal(p["w2_weight_scale"][e], t["w2.scale"].view(torch.uint8))

@@ -126,7 +126,7 @@ def _layers(cfg: Any, registry: str) -> dict[str, tuple[str, dict]]:
     return out
 
 
-@pytest.mark.parametrize("scenario", ["s3_mtp", "s8_mtp"])
+@pytest.mark.parametrize("scenario", ["s3_mtp", "s8_mtp"])  # native V4; all BF16
 @pytest.mark.parametrize("registry", REGISTRIES)
 def test_plugin_changes_nothing_on_clean_checkpoints(
     request: pytest.FixtureRequest, scenario: str, registry: str
@@ -140,15 +140,14 @@ def test_plugin_changes_nothing_on_clean_checkpoints(
         after = _layers(cfg, registry)
         assert routing.take_decisions() == []
     assert after == before
-    expected = MXFP4 if scenario == "s3_mtp" else NVFP4
-    assert {m for m, _ in before.values()} == {expected, "Fp8LinearMethod"}
+    expected = {
+        "s3_mtp": {MXFP4, "Fp8LinearMethod"},
+        "s8_mtp": {"UnquantizedFusedMoEMethod", "UnquantizedLinearMethod"},
+    }[scenario]
+    assert {m for m, _ in before.values()} == expected
 
 
 # --- S2: BF16 draft tower under a compressed-tensors target ----------------------------
-
-S2_DRAFT_LINEARS = (
-    "model.layers.2.e_proj", "model.layers.2.h_proj",
-)
 
 
 def _s2_methods(cfg: Any) -> dict[str, str]:
@@ -158,8 +157,7 @@ def _s2_methods(cfg: Any) -> dict[str, str]:
         moe = H.build_moe(cfg, quant, ffn)
         out[f"{ffn}.experts"] = H.method_name(H.routed_experts(moe))
         out[f"{ffn}.shared_experts.gate_up_proj"] = H.method_name(moe.shared_experts.gate_up_proj)
-        out[f"{ffn}.shared_experts.down_proj"] = H.method_name(moe.shared_experts.down_proj)
-    for proj in S2_DRAFT_LINEARS:
+    for proj in ("model.layers.2.e_proj", "model.layers.2.h_proj"):
         out[proj] = H.method_name(H.build_linear(cfg, quant, proj))
     return out
 
@@ -174,18 +172,25 @@ def test_s2_bf16_draft_tower_is_built_quantized_before_and_unquantized_with_plug
     with installed():
         after = _s2_methods(s2_mtp)
         decisions = routing.take_decisions()
-    draft = {k for k in before if k.startswith("model.layers.2.")}
-    main = set(before) - draft
-    assert {before[k] for k in draft} == {
-        "CompressedTensorsW4A4Nvfp4MoEMethod", "CompressedTensorsLinearMethod",
-    }
-    assert {k: after[k] for k in draft} == {
-        k: ("UnquantizedFusedMoEMethod" if k.endswith(".experts") else "UnquantizedLinearMethod")
-        for k in draft
-    }
+    draft_experts = "model.layers.2.ffn.experts"
+    draft_shared = "model.layers.2.ffn.shared_experts.gate_up_proj"
+    assert before[draft_experts] == "CompressedTensorsW4A4Nvfp4MoEMethod"
+    assert before[draft_shared] == "CompressedTensorsLinearMethod"  # FP8 block
+    assert after[draft_experts] == "UnquantizedFusedMoEMethod"
+    assert after[draft_shared] == "UnquantizedLinearMethod"
+    # e_proj / h_proj match no config group: vLLM already builds them unquantized.
+    assert before["model.layers.2.e_proj"] == after["model.layers.2.e_proj"] == (
+        "UnquantizedLinearMethod"
+    )
+    main = [k for k in before if k.startswith("model.layers.0.")]
     assert {k: after[k] for k in main} == {k: before[k] for k in main}
-    assert {(d.prefix, d.stored, d.routed) for d in decisions} == {
-        (k, "bf16", "unquantized") for k in draft
+    assert {(d.prefix, d.stored, d.vllm, d.routed) for d in decisions} == {
+        (draft_experts, "bf16", "nvfp4", "unquantized"),
+        (draft_shared, "bf16", "fp8_block", "unquantized"),
+        # The FP8 group targets `shared_experts\.w[123]$`; vLLM names w2 `down_proj`, so the
+        # main layer's FP8 down_proj is built unquantized. No vLLM method reads
+        # compressed-tensors FP8 without a matching group: logged, left as built.
+        ("model.layers.0.ffn.shared_experts.down_proj", "fp8_block", "unquantized", None),
     }
 
 
@@ -193,16 +198,14 @@ def test_s2_bf16_draft_tower_is_built_quantized_before_and_unquantized_with_plug
 
 
 @pytest.mark.parametrize("registry", REGISTRIES)
-def test_separate_drafter_routes_by_its_own_checkpoint(
-    s8_with_s3_drafter: Any, registry: str
-) -> None:
+def test_separate_drafter_routes_by_its_own_checkpoint(s4: Any, registry: str) -> None:
     """vLLM builds the DSpark drafter's quant config from the drafter's config but resolves
     ``moe_quant_algo`` from the target's (S4): its MXFP4 experts get NVFP4 methods."""
     from vllm.model_executor.models.utils import get_draft_quant_config
 
     from specguard.integrations.vllm import installed
 
-    cfg = s8_with_s3_drafter
+    cfg = s4
 
     def drafter_experts() -> str:
         if registry == "cuda":
@@ -215,7 +218,7 @@ def test_separate_drafter_routes_by_its_own_checkpoint(
 
     assert drafter_experts() == NVFP4
     with installed():
-        assert drafter_experts() == MXFP4  # the target's own layer 2 is NVFP4 on disk
+        assert drafter_experts() == MXFP4  # the target checkpoint holds no layer 2 at all
         (d,) = routing.take_decisions()
     assert d.source == str(cfg.speculative_config.draft_model_config.model)
 
@@ -225,31 +228,42 @@ def test_separate_drafter_routes_by_its_own_checkpoint(
 
 @pytest.mark.parametrize("registry", REGISTRIES)
 def test_mtp_ignore_entries_are_rekeyed_onto_the_draft_layer(
-    s1_bf16_linears_mtp: Any, registry: str
+    s1_rekey_mtp: Any, registry: str
 ) -> None:
+    """``ignored_layers: ["mtp.0.e_proj"]``: vLLM maps it to ``model.mtp.0.e_proj``, which no
+    runtime prefix matches on NVIDIA; with the plugin it becomes ``model.layers.2.e_proj``."""
     from specguard.integrations.vllm import installed
 
-    cfg = s1_bf16_linears_mtp
+    cfg = s1_rekey_mtp
     quant = H.quant_config(cfg, registry)
-    assert "model.mtp.0.e_proj" in quant.ignored_layers  # after vLLM's own name mapper
+    assert "model.mtp.0.e_proj" in quant.ignored_layers
     assert H.method_name(H.build_linear(cfg, quant, "model.layers.2.e_proj")) == "Fp8LinearMethod"
 
     routing.take_decisions()
     with installed():
         quant = H.quant_config(cfg, registry)
-        linears = {
-            p: H.method_name(H.build_linear(cfg, quant, p))
-            for p in ("model.layers.2.e_proj", "model.layers.2.h_proj")
-        }
-        moe = H.build_moe(cfg, quant, "model.layers.2.ffn")
+        method = H.method_name(H.build_linear(cfg, quant, "model.layers.2.e_proj"))
         decisions = routing.take_decisions()
-    assert set(linears.values()) == {"UnquantizedLinearMethod"}
-    assert H.method_name(moe.shared_experts.gate_up_proj) == "UnquantizedLinearMethod"
-    assert H.method_name(moe.shared_experts.down_proj) == "UnquantizedLinearMethod"
-    assert {"model.layers.2.e_proj", "model.layers.2.ffn.shared_experts.down_proj"} <= set(
-        quant.ignored_layers
-    )
-    # vLLM's own rule now skips the draft linears: only the experts needed the disk.
+    assert "model.layers.2.e_proj" in quant.ignored_layers
+    # Re-keyed, vLLM's own rule skips e_proj (unquantized); the disk holds FP8 block, so
+    # the plugin still builds FP8: the config's claim is re-keyed, the disk decides.
+    assert method == "Fp8LinearMethod"
     assert [(d.prefix, d.vllm, d.routed) for d in decisions] == [
-        ("model.layers.2.ffn.experts", "nvfp4", "mxfp4")
+        ("model.layers.2.e_proj", "unquantized", "fp8_block")
+    ]
+
+
+# --- the start-up log ---------------------------------------------------------------------
+
+
+def test_log_lines_for_the_s1_dspark_drafter(s1_dspark: Any, plugin: None) -> None:
+    from specguard.integrations.vllm import loading
+
+    quant = H.quant_config(s1_dspark, "cuda")
+    for i in range(3):
+        H.build_moe(s1_dspark, quant, f"layers.{N + i}.ffn")  # DSpark's empty-root prefixes
+    assert loading.emit_decisions() == [
+        "specguard: layers.2-4.ffn.experts (draft; checkpoint mtp.0-2.ffn.experts.*): "
+        "stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
+        "specguard: 3 draft expert layers stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
     ]

@@ -13,6 +13,7 @@ only kernel-availability checks, never a routing decision; no kernel runs.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -70,7 +71,8 @@ def quant_config(vllm_config: Any, registry: str, model_config: Any = None) -> A
     else:
         with cuda_registry():
             quant = VllmConfig.get_quantization_config(model_config, vllm_config.load_config)
-    configure_quant_config(quant, DeepseekV4ForCausalLM)
+    if quant is not None:  # None: the checkpoint declares no quantization
+        configure_quant_config(quant, DeepseekV4ForCausalLM)
     return quant
 
 
@@ -183,11 +185,11 @@ def mtp_draft_model(vllm_config: Any, quant: Any) -> Any:
     from torch import nn
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.layernorm import RMSNorm
-    from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MTP
 
     hf = vllm_config.speculative_config.draft_model_config.hf_config
     n = hf.num_hidden_layers
-    model = DeepSeekV4MTP.__new__(DeepSeekV4MTP)
+    cls = _mtp_class()
+    model = cls.__new__(cls)
     nn.Module.__init__(model)
     model.config = hf
     model.quant_config = quant
@@ -205,6 +207,26 @@ def mtp_draft_model(vllm_config: Any, quant: Any) -> Any:
     model.model.num_mtp_layers = 1
     model.model.layers = nn.ModuleDict({str(n): layer})
     return model
+
+
+HELD = ("mtp.0.ffn.", "mtp.0.e_proj.", "mtp.0.h_proj.", "mtp.0.enorm.", "mtp.0.hnorm.")
+# vLLM creates the gate's bias parameter only for ``topk_method: noaux_tc`` configs,
+# which the factory's tiny configs do not declare.
+NOT_HELD = ("mtp.0.ffn.gate.bias",)
+
+
+@functools.cache
+def _mtp_class() -> type:
+    """vLLM's DeepSeekV4MTP, fed only the checkpoint tensors of the modules built above."""
+    from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MTP
+
+    class PartialMTP(DeepSeekV4MTP):
+        def load_weights(self, weights: Any) -> set[str]:
+            return super().load_weights(
+                (n, w) for n, w in weights if n.startswith(HELD) and n not in NOT_HELD
+            )
+
+    return PartialMTP
 
 
 def load_draft_weights(vllm_config: Any, model: Any) -> None:
