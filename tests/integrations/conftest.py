@@ -68,6 +68,12 @@ def s1_mtp(s1_dir: Path, cpu_vllm: None) -> Any:
 
 
 @pytest.fixture(scope="session")
+def s1_u8_mtp(ckpt_root: Path, cpu_vllm: None) -> Any:
+    """S1 with the draft's FP4 bytes and E8M0 scales labelled U8 (settled by their bytes)."""
+    return _mtp_config(scenario(ckpt_root, "s1-u8"))
+
+
+@pytest.fixture(scope="session")
 def s1_ignore_mtp(s1_ignore_dir: Path, cpu_vllm: None) -> Any:
     return _mtp_config(s1_ignore_dir)
 

@@ -18,7 +18,8 @@ from tests.integrations import vllm_harness as H
 NVFP4 = "ModelOptNvFp4FusedMoE"
 MXFP4 = "Mxfp4MoEMethod"
 N = 2  # num_hidden_layers of the test checkpoints: the draft layer is 2
-DRAFT_PREFIXES = ("model.layers.2.ffn", "layers.2.ffn")  # MTP root, DSpark empty root
+# The MTP draft's quant prefix has the ``model.`` root; DSpark builds use an empty root.
+DRAFT_CASES = [("s1_mtp", "model.layers.2.ffn"), ("s1_dspark", "layers.2.ffn")]
 REGISTRIES = ("cpu", "cuda")
 
 
@@ -39,14 +40,16 @@ def test_registry_gives_the_v4_class_on_cpu_and_the_v41_class_on_cuda(s1_mtp: An
 
 
 @pytest.mark.parametrize("registry", REGISTRIES)
-@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
-def test_before_s1_draft_experts_are_built_nvfp4(s1_mtp: Any, registry: str, prefix: str) -> None:
-    name, experts = experts_method(s1_mtp, registry, prefix)
+@pytest.mark.parametrize(("scenario", "prefix"), DRAFT_CASES)
+def test_before_s1_draft_experts_are_built_nvfp4(
+    request: pytest.FixtureRequest, scenario: str, registry: str, prefix: str
+) -> None:
+    name, experts = experts_method(request.getfixturevalue(scenario), registry, prefix)
     assert experts.layer_name == f"{prefix}.experts"
     assert name == NVFP4  # the disk holds MXFP4 there
 
 
-@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
+@pytest.mark.parametrize("prefix", ["model.layers.2.ffn", "layers.2.ffn"])
 def test_before_modelopt_ignore_routes_draft_mxfp4_only_on_the_cuda_class(
     s1_ignore_mtp: Any, prefix: str
 ) -> None:
@@ -59,11 +62,11 @@ def test_before_modelopt_ignore_routes_draft_mxfp4_only_on_the_cuda_class(
 
 
 @pytest.mark.parametrize("registry", REGISTRIES)
-@pytest.mark.parametrize("prefix", DRAFT_PREFIXES)
+@pytest.mark.parametrize(("scenario", "prefix"), [*DRAFT_CASES, ("s1_u8_mtp", "model.layers.2.ffn")])
 def test_plugin_routes_s1_draft_experts_mxfp4(
-    s1_mtp: Any, plugin: None, registry: str, prefix: str
+    request: pytest.FixtureRequest, plugin: None, scenario: str, registry: str, prefix: str
 ) -> None:
-    name, experts = experts_method(s1_mtp, registry, prefix)
+    name, experts = experts_method(request.getfixturevalue(scenario), registry, prefix)
     assert name == MXFP4
     layout = H.param_layout(experts)
     assert layout["w13_weight"] == ("uint8", (4, 256, 128))  # [E, 2I, H/2] packed E2M1

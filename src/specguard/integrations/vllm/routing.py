@@ -100,7 +100,7 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
     def _is_nvfp4_expert_layer(self: Any, prefix: str) -> bool:
         if _state.vanilla or _settings.mode != FIX:
             return original(self, prefix)
-        answer = disk.stored(checkpoint_of(self), prefix)
+        answer = disk.stored(checkpoint_of(self), prefix, draft_method())
         if answer is not None and answer.format in ("nvfp4", "mxfp4"):
             return answer.format == "nvfp4"
         return original(self, prefix)
@@ -111,7 +111,7 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
 def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..., Any]) -> Any:
     """vLLM's method for ``layer`` unless the disk stores another format (see module doc)."""
     source = checkpoint_of(config)
-    answer = disk.stored(source, prefix) if source else None
+    answer = disk.stored(source, prefix, draft_method()) if source else None
     try:
         with vanilla():
             chosen = original(config, layer, prefix)
@@ -168,6 +168,15 @@ def checkpoint_of(config: Any) -> str | None:
     return str(model) if model else None
 
 
+def draft_method() -> str | None:
+    """``mtp`` or ``dspark`` when vLLM serves such a draft (the layouts' names for them)."""
+    spec = getattr(_current_vllm_config(), "speculative_config", None)
+    method = str(getattr(spec, "method", "") or "").lower()
+    if "dspark" in method:
+        return "dspark"
+    return "mtp" if "mtp" in method else None
+
+
 def tag_source(quant_config: Any, model_config: Any) -> None:
     """Remember which checkpoint ``quant_config`` describes (the target's or a drafter's)."""
     model = getattr(model_config, "model", None)
@@ -206,7 +215,9 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
 
 
 def _is_draft_prefix(prefix: str, num_hidden_layers: int) -> bool:
-    index = disk.layer_index(prefix)
+    from specguard.layouts.names import layer_index
+
+    index = layer_index(prefix)
     return index is not None and index >= num_hidden_layers
 
 
