@@ -27,6 +27,11 @@ from specguard.guard import (
 from specguard.guard.tracking import region_runs
 
 
+@pytest.fixture(params=["methods", "aten"])
+def tracking(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 def _param(*shape: int, dtype=torch.float32, device="cpu") -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
 
@@ -68,11 +73,11 @@ def test_missing_tensor_is_named_and_left_poisoned(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint8, torch.float8_e4m3fn, torch.int32])
-def test_partly_written_expert_param_names_experts_rows_cols(device, dtype):
+def test_partly_written_expert_param_names_experts_rows_cols(device, dtype, tracking):
     m = nn.Module()
     m.w13 = _param(4, 6, 8, dtype=dtype, device=device)
     src = _random_like(m.w13)
-    with LoadGuard(m, policy="report") as g:
+    with LoadGuard(m, policy="report", track_writes=tracking) as g:
         m.w13.data[0].copy_(src[0])
         m.w13.data[2].copy_(src[2])
         m.w13.data[1][0:3].copy_(src[1][0:3])  # expert 1: rows 3-5 missing
@@ -97,13 +102,54 @@ def test_every_poisonable_dtype_reports_the_unwritten_row(device):
         assert torch.equal(m.p.data[0].view(torch.uint8), src[0].view(torch.uint8)), dtype
 
 
-def test_writing_the_marker_bytes_still_counts_as_written(device):
+def test_writing_the_marker_bytes_still_counts_as_written(device, tracking):
     """0xA5 is legal packed-FP4 data: the recorder, not the content, decides."""
     m = nn.Module()
     m.q = _param(4, 16, dtype=torch.uint8, device=device)
-    with LoadGuard(m) as g:
-        m.q.copy_(torch.full((4, 16), 0xA5, dtype=torch.uint8))
+    with LoadGuard(m, track_writes=tracking) as g:
+        m.q.data[:2].copy_(torch.full((2, 16), 0xA5, dtype=torch.uint8))
+        m.q.data[2] = torch.full((16,), 0xA5, dtype=torch.uint8)  # __setitem__
+        m.q.data[3].fill_(0xA5)
     assert g.report.ok
+
+
+def test_out_variants_are_recorded_by_aten_and_decided_by_content_otherwise(tracking):
+    m = nn.Module()
+    m.q = _param(2, 8, dtype=torch.int32)
+    with LoadGuard(m, policy="report", track_writes=tracking) as g:
+        torch.add(torch.zeros(8, dtype=torch.int32), 1, out=m.q.data[0])
+        torch.mul(torch.zeros(8, dtype=torch.int32), 1, out=m.q.data[1])
+    assert g.report.ok  # aten: recorded; methods: row content changed -> written
+
+
+def test_method_hooks_see_other_threads_and_are_removed_after():
+    import threading
+
+    original = torch.Tensor.copy_
+    m = nn.Module()
+    m.q = _param(4, 8, dtype=torch.uint8)
+    marker = torch.full((8,), 0xA5, dtype=torch.uint8)  # same bytes: only recording tells
+    with LoadGuard(m, policy="report") as g:
+        assert torch.Tensor.copy_ is not original
+        threads = [threading.Thread(target=m.q.data[i].copy_, args=(marker,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert g.report.names() == ("q",) and g.report.findings[0].where[0] == ((3, 4),)
+    assert torch.Tensor.copy_ is original and "copy_" not in torch.Tensor.__dict__
+
+
+def test_nested_guards_each_see_their_own_module():
+    a, b = nn.Linear(2, 2), nn.Module()
+    b.q = _param(2, 4, dtype=torch.uint8)
+    with LoadGuard(b, policy="report") as gb:
+        with LoadGuard(a, policy="report") as ga:
+            a.weight.data.zero_()
+            b.q.data[0].zero_()
+        b.q.data[1].zero_()
+    assert ga.report.names() == ("bias",)
+    assert gb.report.ok
 
 
 def test_untracked_write_falls_back_to_the_marker_per_row():
@@ -118,15 +164,15 @@ def test_untracked_write_falls_back_to_the_marker_per_row():
 def test_track_writes_off_uses_the_marker():
     m = nn.Module()
     m.q = _param(4, 16, dtype=torch.uint8)
-    with LoadGuard(m, policy="report", track_writes=False) as g:
+    with LoadGuard(m, policy="report", track_writes=None) as g:
         m.q.data[1:].copy_(torch.ones(3, 16, dtype=torch.uint8))
     assert _one(g.report).where[0] == ((0, 1),)
 
 
-def test_index_driven_write_is_decided_by_content():
+def test_index_driven_write_is_decided_by_content(tracking):
     m = nn.Module()
     m.q = _param(4, 8, dtype=torch.int32)
-    with LoadGuard(m, policy="report") as g:
+    with LoadGuard(m, policy="report", track_writes=tracking) as g:
         m.q.data[torch.tensor([0, 2])] = torch.zeros(2, 8, dtype=torch.int32)  # index_put_
     assert _one(g.report).where[0] == ((1, 2), (3, 4))
     assert g.report.notes
@@ -247,7 +293,7 @@ def test_module_containers_and_name_patterns():
     assert torch.isfinite(m.layers["7"][0].bias).all()  # excluded: left untouched
 
 
-def test_parameters_that_are_views_of_one_storage(device):
+def test_parameters_that_are_views_of_one_storage(device, tracking):
     base = torch.empty(10, 4, dtype=torch.uint8, device=device)
     fbase = torch.empty(10, 4, device=device)
     m = nn.Module()
@@ -255,7 +301,7 @@ def test_parameters_that_are_views_of_one_storage(device):
     m.k = nn.Parameter(base[6:], requires_grad=False)
     m.fq = nn.Parameter(fbase[:, :2], requires_grad=False)  # non-contiguous view
     m.fk = nn.Parameter(fbase[:, 2:], requires_grad=False)
-    with LoadGuard(m, policy="report") as g:
+    with LoadGuard(m, policy="report", track_writes=tracking) as g:
         m.q.data.copy_(torch.ones(6, 4, dtype=torch.uint8))
         m.fq.data.copy_(torch.ones(10, 2))
         m.fk.data[:5].copy_(torch.ones(5, 2))
@@ -308,10 +354,10 @@ def test_report_json_is_stable_and_text_names_tensors():
     assert "experts.0.weight" in t1 and "partly written" in t1
 
 
-def test_guard_memory_is_bounded_metadata():
+def test_guard_memory_is_bounded_metadata(tracking):
     m = nn.Module()
     m.q = _param(64, 1024, dtype=torch.uint8)
-    with LoadGuard(m) as g:
+    with LoadGuard(m, track_writes=tracking) as g:
         for i in range(64):
             m.q.data[i].copy_(torch.zeros(1024, dtype=torch.uint8))
         # rows written one by one merge into one interval once compacted

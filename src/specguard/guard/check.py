@@ -28,6 +28,7 @@ from specguard.guard.report import (
 from specguard.guard.tracking import StorageKey, StorageWrites, covered, fully_covered, view_runs
 
 CHUNK_ELEMENTS = 1 << 20
+MARKER_WORD = int.from_bytes(b"\xa5" * 8, "little", signed=True)  # 8 marker bytes
 
 
 @dataclass
@@ -61,7 +62,7 @@ class _Mask:
         self.dims = [torch.zeros(s, dtype=torch.bool) for s in shape]
 
     def add(self, start: int, m: torch.Tensor) -> None:
-        n = int(m.sum().item())
+        n = int(m.count_nonzero().item())  # (bool .sum() widens to int64: slow)
         if n == 0:
             return
         self.count += n
@@ -159,16 +160,28 @@ def check_tracked(e: Entry, t: torch.Tensor, writes: StorageWrites | None) -> li
     total = t.numel()
     unwritten = _Mask(t)
     for a, c in _chunks(t):
+        if starts.size == 0:  # nothing recorded here: the marker decides, per row
+            rows = _rows_all_marker(c, e.poison)
+            if bool(rows.any()):
+                unwritten.add(a, _fix_scalar(rows.unsqueeze(-1).expand(c.shape), t))
+            continue
         eq = P.is_poison(c, e.poison)
-        if starts.size:
-            cov = torch.from_numpy(covered(starts, ends, _element_offsets(c))).to(c.device)
-        else:
-            cov = torch.zeros(c.shape, dtype=torch.bool, device=c.device)
+        cov = torch.from_numpy(covered(starts, ends, _element_offsets(c))).to(c.device)
         # A row with a changed, unrecorded byte was written by a path the
         # recorder cannot see: trust the whole row rather than guess per byte.
         stray = (~cov & ~eq).any(dim=-1, keepdim=True)
         unwritten.add(a, _fix_scalar(~cov & eq & ~stray, t))
     return _unwritten_finding(e, unwritten, total)
+
+
+def _rows_all_marker(c: torch.Tensor, p: P.Poison) -> torch.Tensor:
+    """Bool per row (last dim) of ``c``: every byte still the marker. Compares
+    8-byte words where the layout allows it (8x fewer elements)."""
+    row_bytes = c.shape[-1] * c.element_size()
+    if c.is_contiguous() and row_bytes % 8 == 0 and (c.data_ptr() % 8) == 0:
+        words = c.view(torch.uint8).view(torch.int64)
+        return (words == MARKER_WORD).all(dim=-1)
+    return P.is_poison(c, p).all(dim=-1)
 
 
 def check_replaced(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:

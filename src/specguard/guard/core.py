@@ -20,9 +20,17 @@ from specguard.guard.check import (
     check_tracked,
 )
 from specguard.guard.report import Finding, LoadReport
-from specguard.guard.tracking import StorageKey, StorageWrites, WriteRecorder, storage_key
+from specguard.guard.tracking import (
+    AtenRecorder,
+    MethodHooks,
+    Recorder,
+    StorageKey,
+    StorageWrites,
+    storage_key,
+)
 
 Policy = Literal["raise", "warn", "report"]
+Tracking = Literal["methods", "aten"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _PROBLEM_ORDER = {"never_written": 0, "partly_written": 1, "non_finite": 2, "implausible_scale": 3}
@@ -74,8 +82,10 @@ class LoadGuard:
             (LoadGuardWarning), or ``"report"`` (only set ``.report``).
         include / exclude: fnmatch patterns on qualified tensor names.
         buffers: also guard persistent buffers.
-        track_writes: record writes of integer-like tensors (see ``tracking``);
-            off, those rely on the 0xA5 marker at row granularity.
+        track_writes: how writes into integer-like tensors are recorded:
+            ``"methods"`` (wrap Tensor.copy_/fill_/zero_/__setitem__, cheap, all
+            threads), ``"aten"`` (a TorchDispatchMode: every ATen write of this
+            thread, slower) or None (the 0xA5 marker alone, per row).
         scale_patterns: fnmatch patterns on a tensor's last name component that
             mark it as a scale for the magnitude check.
         scale_bounds: the plausible nonzero magnitude range for those scales.
@@ -93,12 +103,14 @@ class LoadGuard:
         include: Sequence[str] | None = None,
         exclude: Sequence[str] = (),
         buffers: bool = True,
-        track_writes: bool = True,
+        track_writes: Tracking | None = "methods",
         scale_patterns: Sequence[str] = ("*scale*",),
         scale_bounds: tuple[float, float] = (1e-30, 1e20),
     ) -> None:
         if policy not in ("raise", "warn", "report"):
             raise ValueError(f"policy must be 'raise', 'warn' or 'report', not {policy!r}")
+        if track_writes not in ("methods", "aten", None):
+            raise ValueError(f"track_writes must be 'methods', 'aten' or None, not {track_writes!r}")
         self.module = module
         self.policy: Policy = policy
         self.include = tuple(include) if include is not None else None
@@ -111,7 +123,7 @@ class LoadGuard:
         self._entries: list[Entry] = []
         self._skipped: list[tuple[str, str]] = []
         self._writes: dict[StorageKey, StorageWrites] = {}
-        self._recorder: WriteRecorder | None = None
+        self._recorder: AtenRecorder | MethodHooks | None = None
 
     # -- options -----------------------------------------------------------
     def _options(self) -> dict[str, Any]:
@@ -143,8 +155,10 @@ class LoadGuard:
             if self._selected(name):
                 self._arm(name, t)
         if self._writes:
-            self._recorder = WriteRecorder(self._writes)
-            self._recorder.__enter__()
+            recorder = Recorder(self._writes)
+            hook = AtenRecorder(recorder) if self.track_writes == "aten" else MethodHooks(recorder)
+            hook.__enter__()
+            self._recorder = hook
         return self
 
     def _arm(self, name: str, t: torch.Tensor) -> None:
@@ -159,7 +173,7 @@ class LoadGuard:
             P.fill(t.detach(), poison)
         key = storage_key(t)
         self._entries.append(Entry(name, t, poison, key, self._is_scale(name)))
-        if poison.strategy is P.Strategy.TRACK and self.track_writes:
+        if poison.strategy is P.Strategy.TRACK and self.track_writes is not None:
             self._writes.setdefault(key, StorageWrites())
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:

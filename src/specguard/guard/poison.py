@@ -17,6 +17,7 @@ comparison never converts values and never allocates a copy of the tensor.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -117,26 +118,63 @@ def is_poison(t: torch.Tensor, p: Poison) -> torch.Tensor:
     return bits(t, p) == p.value
 
 
+# A byte b of a 1-byte float is NaN/Inf iff (b & mask) == code.
+NON_FINITE_BITS: dict[torch.dtype, tuple[int, int]] = {
+    torch.float8_e4m3fn: (0x7F, 0x7F),  # 0x7F, 0xFF
+    torch.float8_e5m2: (0x7C, 0x7C),  # exponent 11111
+    torch.float8_e4m3fnuz: (0xFF, 0x80),
+    torch.float8_e5m2fnuz: (0xFF, 0x80),
+    torch.float8_e8m0fnu: (0xFF, 0xFF),
+}
+
+
 def non_finite(t: torch.Tensor) -> torch.Tensor:
     """Bool mask of NaN/Inf elements for every float dtype, fp8 included."""
     if t.dtype in NATIVE_FLOAT:
         return ~torch.isfinite(t)
+    bits_ = NON_FINITE_BITS.get(t.dtype)
+    if bits_ is None:
+        raise TypeError(f"no finiteness test for {t.dtype}")
+    mask, code = bits_
     b = t.view(torch.uint8)
-    if t.dtype == torch.float8_e4m3fn:
-        return (b & 0x7F) == 0x7F
-    if t.dtype == torch.float8_e5m2:
-        return (b & 0x7C) == 0x7C
-    if t.dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz):
-        return b == 0x80
-    if t.dtype == torch.float8_e8m0fnu:
-        return b == 0xFF
-    raise TypeError(f"no finiteness test for {t.dtype}")
+    return (b == code) if mask == 0xFF else ((b & mask) == code)
 
 
-def all_finite_fast(t: torch.Tensor) -> bool:
-    """One streaming reduction, no tensor-sized temporary: True proves every
-    element finite (and hence no poison left). False means "look closer": a
-    large legitimate sum can overflow (float16), or the dtype has no sum."""
-    if t.dtype not in NATIVE_FLOAT or t.numel() == 0:
-        return t.numel() == 0
-    return bool(torch.isfinite(t.sum()).item())
+def all_finite_fast(t: torch.Tensor, chunk_elements: int = 1 << 22) -> bool:
+    """True proves every element finite (and hence no poison left), in one
+    streaming pass without a tensor-sized temporary. Native floats: ``sum`` (a
+    NaN/Inf anywhere makes it non-finite; False may also mean a legitimate
+    float16 sum overflowed: the caller then looks closer). 1-byte floats:
+    ``max(bytes)`` below the lowest NaN/Inf code proves it at once (positive
+    scales, the usual case); otherwise per bounded chunk ``max(b & mask) <
+    code`` into one reused buffer, or ``any(b == code)``."""
+    if t.numel() == 0:
+        return True
+    if t.dtype in NATIVE_FLOAT:
+        return bool(torch.isfinite(t.sum()).item())
+    mask, code = NON_FINITE_BITS[t.dtype]
+    if int(torch.amax(t.view(torch.uint8)).item()) < code:
+        return True
+    found = torch.zeros((), dtype=torch.bool, device=t.device)
+    buf: torch.Tensor | None = None
+    for part in _byte_parts(t.view(torch.uint8), chunk_elements):
+        if code != mask:
+            found |= (part == code).any()
+            continue
+        if buf is None or buf.numel() < part.numel():
+            buf = torch.empty(part.numel(), dtype=torch.uint8, device=t.device)
+        masked = torch.bitwise_and(part, mask, out=buf[: part.numel()])
+        found |= masked.max() == code
+    return not bool(found.item())
+
+
+def _byte_parts(b: torch.Tensor, chunk_elements: int) -> Iterator[torch.Tensor]:
+    """1-D pieces of ``b`` of bounded size; only a strided view's piece is copied."""
+    if b.is_contiguous():
+        flat = b.reshape(-1)
+        for i in range(0, flat.numel(), chunk_elements):
+            yield flat[i:i + chunk_elements]
+        return
+    rows = max(1, chunk_elements // max(1, b[0].numel()))
+    for a in range(0, b.shape[0], rows):
+        yield b.narrow(0, a, min(rows, b.shape[0] - a)).reshape(-1)

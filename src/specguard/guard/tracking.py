@@ -1,26 +1,38 @@
 """Write tracking for tensors whose every bit pattern is legal data.
 
-A ``TorchDispatchMode`` sees every ATen op the loading thread runs. For each op
-that writes into one of its tensor arguments (schema ``alias_info.is_write``:
-``copy_``, ``fill_``, ``zero_``, ``out=`` variants, ...) whose storage belongs to
-a guarded tensor, the written region — storage offset, sizes and strides of the
-destination view — is turned into byte intervals of that storage and kept.
-After the load, a guarded tensor whose own byte intervals are covered by the
-recorded writes was fully written, with no need to read its contents.
+A write into a guarded storage is turned into byte intervals of that storage
+(from the destination view's storage offset, sizes and strides) and kept,
+merged. After the load, a guarded tensor whose own byte intervals are covered
+by recorded writes was fully written, without reading its contents. This is
+exact even for writes of the very bytes the tensor already held.
 
-This is exact for the paths loaders use (``param.data[e].narrow(...).copy_``,
-``load_state_dict``'s ``copy_``, ``__setitem__``), including writes of the very
-bytes the tensor already held. Limits (documented in the package docstring):
-writes the dispatcher never sees (numpy views, ctypes, custom CUDA kernels
-launched outside ATen, other threads: dispatch modes are thread-local) and
-index-driven writes (``index_put_``, ``scatter_``, ``masked_fill_``: which
-elements they hit depends on data) are not recorded; for those the marker
-pattern in the tensor decides (see ``check``).
+Two ways to see the writes (``LoadGuard(track_writes=...)``):
+
+* ``"methods"`` (default): while any guard is active, ``torch.Tensor.copy_``,
+  ``fill_``, ``zero_`` and ``__setitem__`` are wrapped process-wide. These are
+  the calls loaders use (``param.data[e].narrow(...).copy_(w)``,
+  ``param.data[e][shard] = w``, ``load_state_dict``'s ``copy_``). Costs a
+  dictionary lookup per such call and nothing for any other op; sees writes
+  from every thread. Misses writes made through other entry points (``out=``,
+  ``index_copy_``/``scatter_``/``masked_fill_``, ``torch.ops.aten.*`` called
+  directly, C++/CUDA code, numpy views); ``__setitem__`` with tensor indices is
+  counted but not located.
+* ``"aten"``: a ``TorchDispatchMode`` sees every ATen op of the guarding
+  thread and records each argument the op's schema marks as written (so also
+  ``out=``, ``add_``, C++-internal copies). Index-driven writes are counted but
+  not located. Thread-local, and every op of the load pays Python dispatch
+  (~20-30 us): several times slower than ``"methods"`` on loads of many small
+  tensors.
+
+Whatever neither sees is decided by the 0xA5 marker the guard also writes
+(see ``check``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,9 +108,10 @@ def merge_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.nda
 class StorageWrites:
     """Byte intervals written into one storage during the load."""
 
-    __slots__ = ("_ends", "_pending", "_pending_n", "_starts", "untracked_writes")
+    __slots__ = ("_ends", "_lock", "_pending", "_pending_n", "_starts", "untracked_writes")
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # method hooks record from any thread
         self._starts = np.empty(0, dtype=np.int64)
         self._ends = np.empty(0, dtype=np.int64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -106,10 +119,11 @@ class StorageWrites:
         self.untracked_writes = 0  # writes seen but not recordable (indexed / too fine)
 
     def add(self, starts: np.ndarray, run: int) -> None:
-        self._pending.append((starts, starts + run))
-        self._pending_n += starts.size
-        if self._pending_n > COMPACT_AT:
-            self._compact()
+        with self._lock:
+            self._pending.append((starts, starts + run))
+            self._pending_n += starts.size
+            if self._pending_n > COMPACT_AT:
+                self._compact()
 
     def _compact(self) -> None:
         if not self._pending:
@@ -120,8 +134,9 @@ class StorageWrites:
         self._pending, self._pending_n = [], 0
 
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        self._compact()
-        return self._starts, self._ends
+        with self._lock:
+            self._compact()
+            return self._starts, self._ends
 
     @property
     def nbytes(self) -> int:
@@ -151,6 +166,98 @@ def fully_covered(starts: np.ndarray, ends: np.ndarray, runs: tuple[np.ndarray, 
     return bool(np.all(ok & (ends[np.where(ok, i, 0)] >= rs + run)))
 
 
+class Recorder:
+    """Turns observed writes into intervals of the guarded storages."""
+
+    def __init__(self, writes: dict[StorageKey, StorageWrites]) -> None:
+        self.writes = writes
+
+    def record(self, t: torch.Tensor, locatable: bool = True) -> None:
+        if not self.writes or t.device.type == "meta":
+            return
+        sw = self.writes.get(storage_key(t))
+        if sw is None:
+            return
+        runs = view_runs(t) if locatable else None
+        if runs is None:
+            sw.untracked_writes += 1
+        elif runs[0].size:
+            sw.add(*runs)
+
+
+# ---------------------------------------------------------------- "methods"
+_WRAPPED = ("copy_", "fill_", "zero_", "__setitem__")
+_hooks_lock = threading.Lock()
+_active: list[Recorder] = []
+_saved: dict[str, Any] = {}
+
+
+def _basic_index(index: object) -> bool:
+    """Indexing that yields a view (ints, slices, None, Ellipsis)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or (isinstance(i, (int, slice)) and not isinstance(i, bool))
+               for i in items)
+
+
+def _notify(t: torch.Tensor, locatable: bool = True) -> None:
+    for rec in tuple(_active):
+        rec.record(t, locatable)
+
+
+def _wrap_inplace(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, *args, **kwargs)
+        _notify(self)
+        return out
+
+    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _wrap_setitem(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(self: torch.Tensor, index: Any, value: Any) -> None:
+        orig(self, index, value)
+        if _basic_index(index):
+            with torch.no_grad():
+                _notify(self[index])  # the view that was written
+        else:
+            _notify(self, locatable=False)
+
+    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+class MethodHooks:
+    """Context manager: while any is active, torch.Tensor's write methods report
+    to every active recorder (process-wide, reference-counted, restored after)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def __enter__(self) -> MethodHooks:
+        with _hooks_lock:
+            if not _active:
+                for name in _WRAPPED:
+                    _saved[name] = torch.Tensor.__dict__.get(name)
+                    orig = getattr(torch.Tensor, name)
+                    wrap = _wrap_setitem if name == "__setitem__" else _wrap_inplace
+                    setattr(torch.Tensor, name, wrap(orig))
+            _active.append(self.recorder)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _hooks_lock:
+            _active.remove(self.recorder)
+            if not _active:
+                for name in _WRAPPED:
+                    if _saved[name] is None:
+                        delattr(torch.Tensor, name)
+                    else:
+                        setattr(torch.Tensor, name, _saved[name])
+                _saved.clear()
+
+
+# ---------------------------------------------------------------- "aten"
 def _flatten_tensors(x: object) -> Iterable[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         yield x
@@ -160,8 +267,8 @@ def _flatten_tensors(x: object) -> Iterable[torch.Tensor]:
                 yield y
 
 
-class WriteRecorder(TorchDispatchMode):
-    """Records writes into the storages in ``writes`` (keyed by ``storage_key``)."""
+class AtenRecorder(TorchDispatchMode):
+    """Records every ATen write of this thread into the guarded storages."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -170,9 +277,9 @@ class WriteRecorder(TorchDispatchMode):
         # hook. A loader does not compile, so the plain method is used.
         return False
 
-    def __init__(self, writes: dict[StorageKey, StorageWrites]) -> None:
+    def __init__(self, recorder: Recorder) -> None:
         super().__init__()
-        self.writes = writes
+        self.recorder = recorder
         self._written_args: dict[object, tuple[tuple[tuple[int, str], ...], bool]] = {}
 
     def _schema_writes(
@@ -196,17 +303,5 @@ class WriteRecorder(TorchDispatchMode):
         for i, name in where:
             arg = args[i] if i < len(args) else kwargs.get(name)
             for t in _flatten_tensors(arg):
-                self._record(t, indexed)
+                self.recorder.record(t, locatable=not indexed)
         return out
-
-    def _record(self, t: torch.Tensor, indexed: bool) -> None:
-        if t.device.type == "meta":
-            return
-        sw = self.writes.get(storage_key(t))
-        if sw is None:
-            return
-        runs = None if indexed else view_runs(t)
-        if runs is None:
-            sw.untracked_writes += 1
-        elif runs[0].size:
-            sw.add(*runs)
