@@ -40,6 +40,18 @@ def _cmd_route(args: argparse.Namespace) -> int:
     return run_route(args)
 
 
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from specguard.report.lint import run_lint
+
+    return run_lint(args)
+
+
+def _cmd_rule(args: argparse.Namespace) -> int:
+    from specguard.report.lint import run_rule
+
+    return run_rule(args)
+
+
 def _cmd_factory(args: argparse.Namespace) -> int:
     from specguard.factory.cli import main as factory_main
 
@@ -70,6 +82,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON record per runtime module")
     p.add_argument("--all", action="store_true", help="also list main-stack modules that route correctly")
     p.set_defaults(func=_cmd_route)
+
+    p = sub.add_parser("lint", help="every contradiction between config and disk, as stable rules")
+    _source_args(p)
+    p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, linted with the target")
+    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
+    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+                   help="vLLM platform whose quant-config class to model (default: cuda)")
+    p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401)")
+    p.add_argument("--ignore", help="comma-separated rule codes or prefixes to skip")
+    p.add_argument("--fail-on", choices=["info", "warning", "error", "never"], default="warning",
+                   help="exit 1 when a finding is at least this severe (default: warning)")
+    p.set_defaults(func=_cmd_lint)
+
+    p = sub.add_parser("rule", help="explain a lint rule: specguard rule SG201 (or --all)")
+    p.add_argument("code", nargs="?")
+    p.add_argument("--all", action="store_true", help="list every rule")
+    p.set_defaults(func=_cmd_rule)
 
     p = sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
     p.add_argument("factory_args", nargs=argparse.REMAINDER)

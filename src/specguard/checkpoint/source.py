@@ -43,6 +43,9 @@ class Checkpoint:
     config: Mapping[str, object] | None = None
     hf_quant_config: Mapping[str, object] | None = None
     remote: bool = False
+    index: Mapping[str, object] | None = None  # the index's "metadata" (total_size), when indexed
+    unindexed: tuple[str, ...] = ()  # tensors a shard stores but the index omits (loaders skip them)
+    unreferenced: tuple[str, ...] = ()  # *.safetensors in the directory the index never names
     bytes_read: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
 
     @property
@@ -57,6 +60,33 @@ class Checkpoint:
         if dtype is None:  # F4 / F6: packed, no numpy element type
             return np.frombuffer(raw, np.uint8)
         return np.frombuffer(raw, dtype).reshape(t.shape)
+
+    def read_many(self, wanted: Mapping[str, int]) -> dict[str, bytes]:
+        """The first ``wanted[name]`` bytes of many tensors: one open per shard,
+        reads in file order (content rules read thousands of small scales)."""
+        if self.root is None:
+            raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
+        by_file: dict[str, list[TensorInfo]] = {}
+        for name in wanted:
+            t = self.tensors[name]
+            by_file.setdefault(t.file, []).append(t)
+        out: dict[str, bytes] = {}
+        for file, ts in by_file.items():
+            try:
+                fd = os.open(self.root / file, os.O_RDONLY)
+            except OSError as e:
+                raise CheckpointError(file, f"cannot read: {e.strerror or e}") from e
+            try:
+                for t in sorted(ts, key=operator.itemgetter(4)):
+                    n = min(wanted[t.name], t.nbytes)
+                    raw = os.pread(fd, n, t.offsets[0])
+                    if len(raw) != n:
+                        raise CheckpointError(f"{file} [{t.name}]", f"truncated: {len(raw)} of {n} bytes")
+                    out[t.name] = raw
+                    self.bytes_read[0] += n
+            finally:
+                os.close(fd)
+        return out
 
     def read_bytes(self, name: str) -> bytes:
         return self.read_bytes_range(name, self.tensors[name].nbytes)
@@ -123,21 +153,28 @@ def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
         header = read_header(path, path.name)
         return Checkpoint(name, path.parent, (path.name,), header.tensors)
     root = path
-    files, weight_map = _shard_list(root)
+    files, weight_map, meta = _shard_list(root)
     headers: list[FileHeader] = []
     for i, f in enumerate(files):
         headers.append(read_header(root / f, f))
         if progress:
             progress(i + 1, len(files))
     tensors = _merge(headers, weight_map)
+    index = unindexed = unreferenced = None
+    if weight_map is not None:
+        index = meta
+        unindexed = tuple(n for n in tensors if n not in weight_map)
+        named = set(files)
+        unreferenced = tuple(sorted(p.name for p in root.glob("*.safetensors") if p.name not in named))
     return Checkpoint(
         name, root, tuple(files), tensors, _json_file(root, "config.json"),
-        _json_file(root, "hf_quant_config.json"),
+        _json_file(root, "hf_quant_config.json"), index=index, unindexed=unindexed or (),
+        unreferenced=unreferenced or (),
     )
 
 
-def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None]:
-    """Shards to read and the index's weight_map (None without an index)."""
+def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
+    """Shards to read, the index's weight_map (None without an index) and its metadata."""
     if (root / INDEX).exists():
         index = _json_file(root, INDEX)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -146,13 +183,14 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None]:
         files = sorted(set(weight_map.values()))
         for f in files:
             _check_inside(root, f)
-        return files, weight_map
+        meta = index.get("metadata")
+        return files, weight_map, meta if isinstance(meta, dict) else {}
     if (root / SINGLE).is_file():
-        return [SINGLE], None
+        return [SINGLE], None, {}
     files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
     if not files:
         raise CheckpointError(str(root), "no model.safetensors.index.json and no *.safetensors file")
-    return files, None
+    return files, None, {}
 
 
 def _check_inside(root: Path, shard: str) -> None:

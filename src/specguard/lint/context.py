@@ -1,0 +1,43 @@
+"""What every rule sees: the resolvers (target, and a separate drafter) and their routes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from specguard.report.runs import group_runs
+from specguard.resolve import Resolver, Route
+
+
+@dataclass
+class LintContext:
+    resolvers: list[Resolver]
+    _routes: dict[int, list[Route]] = field(default_factory=dict)
+    _scales: dict[int, list] = field(default_factory=dict)
+
+    def scales(self, r: Resolver) -> list:
+        """Scale samples (lint/content.py), read once per lint run and shared by the rules."""
+        from specguard.lint.content import read_scales
+
+        key = id(r)
+        if key not in self._scales:
+            self._scales[key] = read_scales(r)
+        return self._scales[key]
+
+    def routes(self, r: Resolver) -> list[Route]:
+        key = id(r)
+        if key not in self._routes:
+            self._routes[key] = r.routes()
+        return self._routes[key]
+
+    def all_routes(self) -> Iterator[tuple[Resolver, Route]]:
+        for r in self.resolvers:
+            for rt in self.routes(r):
+                yield r, rt
+
+
+def describe(names: Iterable[str], limit: int = 4) -> str:
+    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
+    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
+    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
+    return "; ".join(labels[:limit]) + more

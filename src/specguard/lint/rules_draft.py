@@ -1,0 +1,53 @@
+"""SG3xx: the draft region the config promises against the one on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specguard.lint.context import LintContext
+from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.registry import rule
+
+
+def _stored_draft_layers(r) -> set[int]:
+    """Runtime layers with draft tensors (drafter-wide modules such as DSpark's main_proj have no layer)."""
+    roles = (r.layout.role(m) for m in r.table.modules)
+    return {role.layer for role in roles if role.is_draft and role.layer is not None}
+
+
+@rule("SG301", "draft-weights-missing", ERROR,
+      "The config promises draft (MTP/DSpark) layers but the checkpoint stores none of their tensors.")
+def draft_missing(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        promised = list(r.layout.draft_layers)
+        if promised and not _stored_draft_layers(r):
+            n = r.layout.num_hidden_layers
+            yield Finding(
+                "SG301", ERROR,
+                f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
+                f"num_hidden_layers {n}) but no draft tensor is stored: an engine would serve a randomly "
+                "initialised drafter (0 % acceptance)",
+                tuple(f"model.layers.{i}" for i in promised),
+                "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
+            )
+
+
+@rule("SG302", "draft-layer-count-mismatch", WARNING,
+      "The number of draft layers stored differs from the number the config declares.")
+def draft_count(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        promised = set(r.layout.draft_layers)
+        stored = _stored_draft_layers(r)
+        if not stored or stored == promised:
+            continue
+        extra, absent = sorted(stored - promised), sorted(promised - stored)
+        parts = []
+        if absent:
+            parts.append(f"runtime layer(s) {absent} declared but not stored")
+        if extra:
+            parts.append(f"runtime layer(s) {extra} stored but not declared")
+        yield Finding(
+            "SG302", WARNING, f"draft layers: {'; '.join(parts)}",
+            tuple(f"model.layers.{i}" for i in absent + extra),
+            "make num_nextn_predict_layers agree with the draft layers stored",
+        )

@@ -1,0 +1,32 @@
+"""SG6xx: index and shard facts the reader tolerates but a publisher should fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specguard.lint.context import LintContext, describe
+from specguard.lint.finding import INFO, WARNING, Finding
+from specguard.lint.registry import rule
+
+
+@rule("SG601", "index-integrity", WARNING,
+      "The sharded index disagrees with the shards: wrong total_size, tensors the index omits, or shards it "
+      "never names.")
+def index_integrity(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        c = r.checkpoint
+        if c.index is None:
+            continue
+        total = c.index.get("total_size")
+        actual = c.total_bytes
+        if isinstance(total, int) and total != actual:
+            yield Finding("SG601", INFO,
+                          f"index metadata total_size is {total:,} but the tensors hold {actual:,} bytes",
+                          (), "write the tensors' byte total into metadata.total_size")
+        if c.unindexed:
+            yield Finding("SG601", WARNING, f"{len(c.unindexed)} tensor(s) stored in shards but absent from the "
+                          f"index, so loaders skip them: {describe(c.unindexed)}", c.unindexed,
+                          "add them to weight_map, or drop them from the shards")
+        if c.unreferenced:
+            yield Finding("SG601", WARNING, f"shard file(s) the index never names: {', '.join(c.unreferenced)}",
+                          c.unreferenced, "name every shard in weight_map, or delete the stray files")

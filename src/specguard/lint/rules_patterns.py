@@ -1,0 +1,75 @@
+"""SG1xx: ignore / exclude patterns against the names they can actually meet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fnmatch import fnmatchcase
+
+from specguard.declared import VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
+from specguard.declared.vllm033 import deepseek_v4_rename
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
+from specguard.lint.context import LintContext, describe
+from specguard.lint.finding import WARNING, Finding
+from specguard.lint.registry import rule
+from specguard.resolve import Resolver
+
+_VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
+
+
+def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
+    """The pattern as the engine matches it: vLLM renames ignored_layers through the
+    DeepSeek-V4 weights mapper first (``mtp.*`` -> ``model.mtp.*``)."""
+    out = [pat]
+    model_type = str(text_config(dict(r.config)).get("model_type") or "")
+    if pat.semantics in _VLLM and model_type in DEEPSEEK_V4_TYPES:
+        renamed = deepseek_v4_rename(pat.text, v41=model_type.startswith("deepseek_v41"))
+        if renamed != pat.text:
+            out.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
+    return out
+
+
+@rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
+      "An ignore/exclude pattern matches no runtime prefix the engine builds, so it excludes nothing.")
+def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        modules = list(r.table.modules)
+        spellings = {m: r.layout.runtime_prefixes(m) for m in modules}
+        runtime = sorted({p for ps in spellings.values() for p in ps})
+        for pat in r.declared_config.exclusions:
+            if any(q.matches(p) for q in _engine_spellings(r, pat) for p in runtime):
+                continue
+            yield _finding(r, pat, modules, spellings)
+
+
+def _finding(r: Resolver, pat: Pattern, modules: list[str], spellings: dict) -> Finding:
+    hits = [m for m in modules if pat.matches(m)]
+    where = "checkpoint names only" if hits else "no module name at all"
+    as_glob = ""
+    if not hits and pat.semantics in _VLLM:
+        hits = [m for m in modules if fnmatchcase(m, pat.text)]
+        if hits:
+            as_glob = f" (vLLM matches {pat.semantics}; read as a glob it would match checkpoint names only)"
+    intended = sorted({spellings[m][0] for m in hits})
+    fix = _fix(r, pat, hits, intended) if intended else None
+    msg = f"{pat} matches {where}{as_glob}"
+    if hits:
+        msg += f": it names {describe(hits)}, which the engine builds as {describe(intended)}"
+    return Finding("SG101", WARNING, msg, tuple(hits), fix, data={"pattern": pat.text, "key": pat.key,
+                                                                    "semantics": pat.semantics,
+                                                                    "runtime_prefixes": intended})
+
+
+def _fix(r: Resolver, pat: Pattern, hits: list[str], intended: list[str]) -> str:
+    d = r.declared_config
+    draft = r.layout.num_draft_layers and all(r.layout.role(m).is_draft for m in hits)
+    if isinstance(d, Fp8Declared) and d.deepseek_v4 and d.moe_quant_algo.upper() == "NVFP4" and draft:
+        # An ignored_layers hit makes vLLM build BF16 layers, not the MXFP4 the draft experts hold.
+        return ('drop it and add `"ignore": ["mtp.*"]` to quantization_config: vLLM 0.33\'s DeepSeek-V4.1 quant '
+                "config (CUDA/ROCm) then routes the draft experts to MXFP4; an ignored_layers entry that matched "
+                "would load them as BF16. Or serve with the specguard vLLM plugin.")
+    proposal = pat.propose(intended)
+    shown = ", ".join(repr(x) for x in proposal[:3]) + (f" (+{len(proposal) - 3} more)" if len(proposal) > 3 else "")
+    fix = f"match the runtime prefixes instead: {shown}"
+    if draft:
+        fix += "; or serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
+    return fix

@@ -1,0 +1,122 @@
+"""SG4xx: scale values that cannot be right, and scale bytes that contradict their label."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import numpy as np
+
+from specguard.formats import scheme as s
+from specguard.formats.settle import scale_tensor
+from specguard.formats.sniff import E4M3, E8M0, SAMPLE_BYTES, sniff_scale_bytes
+from specguard.lint.content import is_per_tensor
+from specguard.lint.context import LintContext, describe
+from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.registry import rule
+from specguard.resolve import Route
+
+FINFO_MIN = float(np.finfo(np.float32).min)  # vLLM pre-fills FP8 scales with it
+TINY, HUGE = 1e-30, 1e30  # per-tensor scales outside this are allocator garbage, not calibration
+SIBLING_SPREAD = 1e6  # x from the median of the same scale across a layer's experts
+
+
+@rule("SG401", "implausible-scale-values", ERROR,
+      "Scale tensors hold values no quantizer writes: NaN/Inf, E8M0 0xFF, zero or negative per-tensor "
+      "scales, vLLM's finfo.min sentinel, or magnitudes far outside their siblings.", reads_bytes=True)
+def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        samples = ctx.scales(r)
+        problems: dict[str, list[str]] = defaultdict(list)
+        for sm in samples:
+            for what in _problems(sm):
+                problems[what].append(sm.tensor.name)
+        for what, names in _outliers(samples).items():
+            problems[what].extend(names)
+        for what, names in sorted(problems.items()):
+            yield Finding(
+                "SG401", ERROR, f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
+                "re-export the affected scales; a checkpoint must never carry uninitialized memory",
+            )
+
+
+def _problems(sm) -> list[str]:
+    v, t = sm.values, sm.tensor
+    out = []
+    if t.dtype == "F8_E8M0" and (np.frombuffer(sm.raw, np.uint8) == 0xFF).any():
+        out.append("hold E8M0 0xFF (NaN)")
+    elif t.dtype != "U8" and not np.isfinite(v).all():
+        out.append("hold NaN or Inf")
+    if t.dtype in ("F32", "BF16", "F16"):
+        if (v == FINFO_MIN).any():
+            out.append("hold vLLM's finfo(float32).min fill value")
+        elif (v < 0).any():
+            out.append("hold negative values")
+    if is_per_tensor(t) and t.dtype != "U8":
+        fin = v[np.isfinite(v)]
+        if (fin == 0).any():
+            out.append("are zero (a per-tensor scale of 0 erases the layer)")
+        mag = np.abs(fin[fin != 0])
+        if mag.size and ((mag < TINY) | (mag > HUGE)).any():
+            out.append(f"have magnitudes outside [{TINY:g}, {HUGE:g}] (uninitialized memory?)")
+    return out
+
+
+def _outliers(samples) -> dict[str, list[str]]:
+    """Per-tensor scales of one layer's experts should agree within orders of magnitude."""
+    groups: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for sm in samples:
+        if is_per_tensor(sm.tensor) and sm.tensor.dtype in ("F32", "BF16", "F16") and sm.values.size:
+            layer = sm.module.split(".experts.")[0] if ".experts." in sm.module else sm.module
+            val = float(np.abs(sm.values).max())
+            if np.isfinite(val) and val > 0:
+                groups[(layer, sm.param)].append((sm.tensor.name, val))
+    out: dict[str, list[str]] = {}
+    for (_, param), items in groups.items():
+        if len(items) < 3:
+            continue
+        med = float(np.median([v for _, v in items]))
+        far = [n for n, v in items if v > med * SIBLING_SPREAD or v < med / SIBLING_SPREAD]
+        if far:
+            out.setdefault(f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x", []).extend(far)
+    return out
+
+
+@rule("SG402", "scale-bytes-contradict-dtype", WARNING,
+      "The bytes of an 8-bit scale tensor read as another format than its label or its declared scheme says "
+      "(E8M0 powers of two under an E4M3 label, or the reverse).", reads_bytes=True)
+def scale_label(ctx: LintContext) -> Iterator[Finding]:
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    detail: dict[tuple, str] = {}
+    for r in ctx.resolvers:
+        if r.checkpoint.root is None:
+            continue
+        for rt in ctx.routes(r):
+            claim = _claimed(rt)
+            if claim is None:
+                continue
+            mod = r.table[rt.checkpoint_names[0]]
+            name = scale_tensor(mod)
+            if name is None:
+                continue
+            t = r.checkpoint.tensors[name]
+            if t.dtype not in ("U8", "F8_E4M3", "F8_E8M0"):
+                continue
+            raw = r.checkpoint.read_bytes_range(name, SAMPLE_BYTES)
+            sn = sniff_scale_bytes(raw)
+            label = claim if t.dtype == "U8" else t.dtype
+            if sn.dtype is not None and sn.dtype != label and sn.confidence >= 0.9:
+                how = f"claimed {label} by {'the declared scheme' if t.dtype == 'U8' else 'its dtype'}"
+                key = (t.dtype, label, sn.dtype)
+                groups[key].extend(rt.checkpoint_names)
+                detail[key] = f"{how}, bytes read as {sn.dtype} with confidence {sn.confidence:.2f} ({sn.evidence})"
+    for key, names in groups.items():
+        yield Finding("SG402", WARNING, f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
+                      tuple(names), "label the scale with the dtype its bytes hold, and route the module by it")
+
+
+def _claimed(rt: Route) -> str | None:
+    """The scale dtype the engine will read: E4M3 for NVFP4, E8M0 for MXFP4."""
+    if rt.vllm is None:
+        return None
+    return {s.NVFP4: E4M3, s.MXFP4: E8M0}.get(rt.vllm.scheme.format)

@@ -1,0 +1,87 @@
+"""SG5xx: fused shards and group/block sizes against the shapes they must tile."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import numpy as np
+
+from specguard.formats import scheme as s
+from specguard.lint.context import LintContext, describe
+from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.registry import rule
+
+GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
+
+
+@rule("SG501", "fused-shards-disagree", ERROR,
+      "Shards the engine fuses into one layer (q/k/v, gate/up, w1/w3) are stored in different schemes or "
+      "with different per-tensor global scales.", reads_bytes=True)
+def fused_shards(ctx: LintContext) -> Iterator[Finding]:
+    for _, rt in ctx.all_routes():
+        if rt.stored is not None and rt.stored.format == s.MIXED:
+            yield Finding("SG501", ERROR, f"{rt.prefix} fuses shards stored differently ({rt.stored.reason})",
+                          rt.checkpoint_names, "store every shard of a fused layer in one scheme")
+    for r in ctx.resolvers:
+        yield from _global_scales(ctx, r)
+
+
+def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
+    """vLLM keeps one global scale per fused layer (the max): shards quantized
+    against different ones lose precision in all but one."""
+    fused = {n: rt.prefix for rt in ctx.routes(r) if len(rt.checkpoint_names) > 1 and rt.kind != "routed_experts"
+             for n in rt.checkpoint_names}
+    experts = {n: rt.prefix for rt in ctx.routes(r) if rt.kind == "routed_experts" for n in rt.checkpoint_names}
+    if not fused and not experts:
+        return
+    by_layer: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for sm in ctx.scales(r):
+        if sm.param not in GLOBAL_SCALES or not sm.whole or not sm.values.size:
+            continue
+        if sm.module in fused:
+            key = (fused[sm.module], sm.param)
+        elif sm.module in experts:
+            # w1 and w3 of one expert are fused into w13
+            expert = sm.module.rsplit(".", 1)[0]
+            if not sm.module.endswith((".w1", ".w3")):
+                continue
+            key = (expert, sm.param)
+        else:
+            continue
+        by_layer[key].append(float(sm.values.ravel()[0]))
+    bad = [k for k, v in by_layer.items() if len(v) > 1 and np.isfinite(v).all() and max(v) > min(v) * 1.0001]
+    if bad:
+        yield Finding(
+            "SG501", WARNING,
+            f"{len(bad)} fused layer(s) whose shards carry different {bad[0][1]}: {describe(k[0] for k in bad)}",
+            tuple(k[0] for k in bad), "quantize fused shards against one shared global scale",
+        )
+
+
+@rule("SG502", "group-size-does-not-divide", WARNING,
+      "A group or block size does not divide the dimension it tiles, so the last group is partial.")
+def group_divides(ctx: LintContext) -> Iterator[Finding]:
+    partial: list[str] = []
+    broken: list[str] = []
+    for r in ctx.resolvers:
+        for m in r.table:
+            sc = m.scheme
+            w = m.params.get("weight") or m.params.get("weight_packed") or m.params.get("qweight")
+            if w is None or len(w.shape) < 2:
+                continue
+            if sc.format == s.FP8_BLOCK and sc.block:
+                out, inp = w.shape[-2:]
+                if out % sc.block[0] or inp % sc.block[1]:
+                    partial.append(m.name)
+            elif sc.format in (s.INT4_GROUP, s.INT8_GROUP) and sc.group_size is None:
+                broken.append(m.name)
+    if partial:
+        yield Finding("SG502", WARNING,
+                      f"{len(partial)} FP8 block-quantized module(s) end in partial blocks (dims not a multiple "
+                      f"of the block): {describe(partial)}", tuple(partial),
+                      "pad to a multiple of the block; some FP8 block kernels require it")
+    if broken:
+        yield Finding("SG502", ERROR, f"{len(broken)} group-quantized module(s) whose scale count does not divide "
+                      f"the input dimension: {describe(broken)}", tuple(broken),
+                      "re-quantize with a group size that divides the input dimension")

@@ -1,0 +1,56 @@
+"""`specguard lint` and `specguard rule`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specguard.cli import UsageError
+from specguard.lint import RULES, lint, severity_rank
+from specguard.lint import report as out
+from specguard.lint.registry import rule_doc, unknown_codes
+from specguard.report.inspect import console
+from specguard.report.route import resolvers
+
+
+def _codes(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    codes = [c.strip().upper() for c in text.split(",") if c.strip()]
+    bad = unknown_codes(codes)
+    if bad:
+        raise UsageError(f"unknown rule code(s): {', '.join(bad)} (see `specguard rule --all`)")
+    return codes
+
+
+def run_lint(args: argparse.Namespace) -> int:
+    select, ignore = _codes(args.select), _codes(args.ignore)
+    rs = resolvers(args)
+    result = lint(rs, select_codes=select, ignore_codes=ignore)
+    source = " + ".join(r.checkpoint.name for r in rs)
+    if args.format == "json":
+        sys.stdout.write(out.as_json(result.findings, source, bytes_read=result.bytes_read,
+                                     total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule) + "\n")
+    elif args.format == "sarif":
+        sys.stdout.write(out.as_sarif(result.findings, source) + "\n")
+    else:
+        out.text(result.findings, source, console(), bytes_read=result.bytes_read,
+                 total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
+    worst = result.worst()
+    if args.fail_on == "never" or worst is None:
+        return 0
+    return 1 if severity_rank(worst) >= severity_rank(args.fail_on) else 0
+
+
+def run_rule(args: argparse.Namespace) -> int:
+    if args.all or not args.code:
+        for code, r in sorted(RULES.items()):
+            print(f"{code}  {r.name:42s} {r.severity:8s} {r.summary}")
+        return 0
+    code = args.code.upper()
+    if code not in RULES:
+        raise UsageError(f"unknown rule {args.code!r} (see `specguard rule --all`)")
+    doc = rule_doc(code)
+    r = RULES[code]
+    print(doc if doc else f"# {code} {r.name}\n\n{r.summary}\n")
+    return 0
