@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from specguard.integrations.vllm import report, routing
-from specguard.integrations.vllm.settings import FIX, RAISE, Settings
+from specguard.integrations.vllm.settings import FIX, GUARD_ENV, RAISE, Settings
 
 log = logging.getLogger("vllm.specguard")
 
@@ -129,9 +129,10 @@ class DraftGuard:
         if self.report.ok:
             log.info("specguard: draft weights: %s", self.report.summary())
             return False
-        log.error("specguard: draft weights: %s\n%s", self.report.summary(), self.report)
         if self.policy == RAISE:
-            raise DraftLoadError(self.report)
+            log.error("specguard: draft weights: %s", self.report.summary())
+            raise DraftLoadError(self.report)  # carries the table
+        log.error("specguard: draft weights (%s=warn, serving anyway):\n%s", GUARD_ENV, self.report)
         return False
 
 

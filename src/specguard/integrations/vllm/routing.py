@@ -190,7 +190,9 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
     """Re-key ``mtp.{i}.`` ignore entries onto ``model.layers.{N+i}.`` once per config.
 
     vLLM 0.33 does this (``align_mtp_quant_config``) only when it builds the MTP
-    draft on ROCm; elsewhere such entries never match a runtime prefix.
+    draft on ROCm; elsewhere such entries never match a runtime prefix. The
+    root follows the first draft prefix vLLM builds (DSpark builds may have none).
+    Wildcards (``mtp.*``) stay as they are: vLLM matches these lists exactly.
     """
     if getattr(config, REKEYED_ATTR, False) or not hasattr(config, "apply_vllm_mapper"):
         return
@@ -206,10 +208,11 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
 
     drafts = max(int(getattr(hf_config, "num_nextn_predict_layers", 0) or 0),
                  int(getattr(hf_config, "n_mtp_layers", 0) or 0), 1)
+    root = "" if prefix.startswith("layers.") else "model."
     mapping: dict[str, str | None] = {}
     for i in range(drafts):
-        mapping[f"model.mtp.{i}."] = f"model.layers.{n + i}."
-        mapping[f"mtp.{i}."] = f"model.layers.{n + i}."
+        mapping[f"model.mtp.{i}."] = f"{root}layers.{n + i}."
+        mapping[f"mtp.{i}."] = f"{root}layers.{n + i}."
     config.apply_vllm_mapper(WeightsMapper(orig_to_new_prefix=mapping))
     setattr(config, REKEYED_ATTR, True)
 
