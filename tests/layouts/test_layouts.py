@@ -130,6 +130,21 @@ def test_draft_checkpoint_prefixes():
     assert layout_for(V3).draft_checkpoint_prefixes() == ("model.layers.61.",)
 
 
+def test_deepseek_v41_target_lives_under_language_model_and_drafts_with_dspark():
+    cfg = {"model_type": "deepseek_v41", "architectures": ["DeepseekV41ForCausalLM"], "num_hidden_layers": 43,
+           "num_nextn_predict_layers": 3}
+    layout = layout_for(cfg)
+    assert layout.draft_kind == r.DSPARK and layout.num_draft_layers == 3 and not layout.context_wkv
+    assert layout.runtime_prefix("layers.7.ffn.experts.3.w1.weight") == "language_model.model.layers.7.ffn.experts"
+    assert layout.runtime_prefix("head.weight") == "language_model.lm_head"
+    assert layout.role("language_model.lm_head").kind == r.HEAD
+    assert layout.role("language_model.model.layers.7.ffn.experts") == r.Role(r.MAIN, layer=7)
+    # the DSpark draft is a model of its own, rooted at ``model``
+    assert layout.runtime_prefix("mtp.1.ffn.experts.3.w1.weight") == "model.layers.44.ffn.experts"
+    with pytest.raises(LayoutError, match="no classic-MTP"):
+        layout_for(cfg, draft_method="mtp")
+
+
 # --- DSpark (nvidia/dspark.py) ---------------------------------------------------------
 
 def test_dspark_quant_prefix_has_both_roots_and_params_are_renumbered():

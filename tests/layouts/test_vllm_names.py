@@ -22,6 +22,7 @@ from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.models.deepseek_v4.nvidia.dspark import DSparkDeepseekV4ForCausalLM
 from vllm.models.deepseek_v4.nvidia.model import _make_deepseek_v4_weights_mapper
 from vllm.models.deepseek_v4.nvidia.mtp import DeepSeekV4MTP
+from vllm.models.deepseek_v41.nvidia.vl_model import _make_deepseek_v4_vl_weights_mapper
 
 from specguard.layouts import layout_for
 
@@ -75,6 +76,17 @@ def test_main_model_parameter_paths(n, block, e):
     mapped = _make_deepseek_v4_weights_mapper("fp4").map_name(name)
     vllm_param = _stack_and_experts(mapped)
     layout = layout_for({"model_type": "deepseek_v4", "num_hidden_layers": n, "num_nextn_predict_layers": 1})
+    assert _under(vllm_param, layout.parameter_prefix(name)), (vllm_param, layout.parameter_prefix(name))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 200), block=BLOCK, e=E)
+def test_v41_main_model_parameter_paths(n, block, e):
+    """V4.1's registry class is the VL wrapper: the decoder sits under ``language_model.model``."""
+    name = f"layers.{n - 1}." + block.format(e=e)
+    mapped = _make_deepseek_v4_vl_weights_mapper("fp4", "weight_scale_inv").map_name(name)
+    vllm_param = _stack_and_experts(mapped)
+    layout = layout_for({"model_type": "deepseek_v41", "num_hidden_layers": n, "num_nextn_predict_layers": 3})
     assert _under(vllm_param, layout.parameter_prefix(name)), (vllm_param, layout.parameter_prefix(name))
 
 

@@ -65,7 +65,8 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
     """
     plain = unquantized_scheme(config)
     cfg = text_config(config)
-    qc = config.get("quantization_config") or cfg.get("quantization_config")
+    # weight_utils.get_quant_config: quantization_config, text_config's, then compression_config
+    qc = config.get("quantization_config") or cfg.get("quantization_config") or config.get("compression_config")
     notes: list[str] = []
     if isinstance(qc, Mapping):
         origin = "config.json quantization_config"

@@ -76,7 +76,7 @@ V41_CLASS = "vllm.models.deepseek_v41.quant_config.DeepseekV4FP8Config"
 _QC = "vllm.model_executor.layers.quantization"
 _EXPERTS_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.ffn\.experts$")
 _NO_QUANT_CONFIG = ("ffn.gate", "compressor.fused_wkv_wgate", "indexer.weights_proj")
-# packed_modules_mapping of the model classes (nvidia/model.py, cpu/model.py, deepseek_v2.py).
+# packed_modules_mapping of the model classes (nvidia/model.py; cpu/model.py and amd/model.py; deepseek_v2.py).
 _V4_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"], "fused_wkv_wgate": ["wkv", "wgate"]}
 _V4_CPU_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"]}
 
@@ -157,24 +157,38 @@ class Vllm033:
         )
         self.draft_text = text_config(draft_config) if draft_config is not None else self.text
         self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
+        archs = " ".join(str(a) for a in config.get("architectures") or ())
+        self.v41 = self.model_type.startswith("deepseek_v41") or "DeepseekV41" in archs
+        # Read lazily by DeepseekV4FP8Config from the current vLLM config's hf_config,
+        # i.e. the target's config.json, also while a draft is built.
+        qc = config.get("quantization_config") or self.text.get("quantization_config") or {}
+        self.expert_dtype = str(self.text.get("expert_dtype") or "fp4")
+        self.moe_quant_algo = str(qc.get("moe_quant_algo") or "").upper() if isinstance(qc, Mapping) else ""
 
     # -- which class, which lists --------------------------------------------
 
     def quant_config_class(self, model: str = TARGET_MODEL) -> str | None:
-        """Class path of the quant config vLLM builds for the target or a draft."""
+        """Class path of the quant config vLLM builds for the target or a draft.
+
+        A DSpark draft gets the *target's* quantization method
+        (config/speculative.py: ``draft_model_config.quantization =
+        target_model_config.quantization``) fed with the drafter's own dict."""
+        if model == DSPARK_MODEL:
+            return _class_of(self.declared, self.model_type, self.platform)
         d, model_type = self._declared(model)
         return _class_of(d, model_type, self.platform)
 
     def ignored_layers(self, model: str = TARGET_MODEL) -> tuple[str, ...]:
         """The ignore list as vLLM matches it for ``model``: renamed through the
         target class's mapper for the target and the MTP draft (which shares the
-        object), re-keyed on ROCm only, raw for a DSpark/EAGLE draft's fresh config."""
+        object), re-keyed on ROCm only, raw for a DSpark/EAGLE draft's fresh config.
+        V4.1's registry class (the VL wrapper) has no class-level mapper, so its
+        lists stay raw too."""
         d, _ = self._declared(model)
         raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
-        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES:
+        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES or self.v41:
             return tuple(raw)
-        v41 = self.model_type.startswith("deepseek_v41")
-        names = [deepseek_v4_rename(x, v41=v41) for x in raw]
+        names = [deepseek_v4_rename(x) for x in raw]
         if self.platform == "rocm" and model == MTP_MODEL:
             n = int(self.text.get("num_hidden_layers") or 0)
             for i in range(int(self.text.get("num_nextn_predict_layers") or 0)):
@@ -194,7 +208,7 @@ class Vllm033:
         if model not in MODELS:
             raise ValueError(f"unknown model {model!r}; expected one of {MODELS}")
         d, model_type = self._declared(model)
-        cls = _class_of(d, model_type, self.platform)
+        cls = self.quant_config_class(model)
         if kind in (r.NORM, r.OTHER):
             return self._plain(d, cls, "Parameter", "not a quantizable layer")
         if self._built_without_quant_config(runtime_prefix, kind, model):
@@ -205,6 +219,10 @@ class Vllm033:
                 return EngineChoice(Scheme(s.UNKNOWN, reason=f"quant_method {d.quant_method!r}"),
                                     "unknown", "specguard does not model this quant_method", None)
             return self._plain(d, None, "UnquantizedLinearMethod", "no quantization config")
+        if cls != _class_of(d, model_type, self.platform):
+            return EngineChoice(Scheme(s.UNKNOWN, reason="draft quant config cannot be built"), "ValueError",
+                                f"the draft is given the target's method ({cls.rsplit('.', 1)[-1]}) over its own "
+                                f"{d.stack} config; from_config raises", cls)
         if isinstance(d, Fp8Declared):
             return self._fp8(d, cls, runtime_prefix, kind, model)
         if isinstance(d, ModelOptDeclared):
@@ -248,6 +266,8 @@ class Vllm033:
         return EngineChoice(d.unquantized, method, why, cls)
 
     def _packed(self, model: str) -> Mapping[str, Sequence[str]]:
+        if self.v41 and model != DSPARK_MODEL:
+            return {}  # the VL wrapper class declares no packed_modules_mapping
         if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
             if self.layout.family == "deepseek_v3" and model != DSPARK_MODEL:
                 packed = {"gate_up_proj": ["gate_proj", "up_proj"]}
@@ -255,20 +275,17 @@ class Vllm033:
                     packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
                 return packed
             return {}
-        return _V4_CPU_PACKED if self.platform == "cpu" else _V4_PACKED
+        return _V4_PACKED if self.platform == "cuda" else _V4_CPU_PACKED
 
     def _skipped(self, prefix: str, model: str) -> tuple[bool, str]:
+        """``is_layer_skipped`` (exact) as vLLM calls it; raises FusedShardMismatch as vLLM does."""
         ignored = self.ignored_layers(model)
-        try:
-            hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
-        except FusedShardMismatch as exc:
-            return False, f"vLLM raises: {exc}"
+        hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
         return hit, f"ignored_layers as vLLM holds them for the {model} model: {list(ignored)}"
 
     def _fp8(self, d: Fp8Declared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
-        target = self.declared if isinstance(self.declared, Fp8Declared) else d
         # expert_dtype / moe_quant_algo come from the target's hf_config (lazy properties).
-        expert_dtype, algo = target.expert_dtype, target.moe_quant_algo
+        expert_dtype, algo = self.expert_dtype, self.moe_quant_algo
         e8m0 = expert_dtype == "fp4" if cls in (V4_CLASS, V41_CLASS) else d.e8m0
         block = d.weight_block_size
         where = {V4_CLASS: "deepseek_v4 DeepseekV4FP8Config.get_quant_method",
@@ -276,7 +293,11 @@ class Vllm033:
             cls, "fp8.py Fp8Config.get_quant_method")
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain(d, cls, "None", "Fp8Config.get_quant_method returns None for embeddings/heads")
-        skipped, lists = self._skipped(prefix, model)
+        try:
+            skipped, lists = self._skipped(prefix, model)
+        except FusedShardMismatch as exc:
+            return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"is_layer_skipped raises: {exc}",
+                                cls)
         if kind == r.LINEAR:
             if skipped:
                 return self._plain(d, cls, "UnquantizedLinearMethod", f"is_layer_skipped (exact); {lists}")
@@ -307,7 +328,7 @@ class Vllm033:
         m = _EXPERTS_LAYER_RE.search(prefix)
         if m is None or not ignore:
             return True, "_is_nvfp4_expert_layer: moe_quant_algo=NVFP4 and no ModelOpt-style ignore list"
-        n = int(self.text.get("num_hidden_layers") or 0)  # hf_text_config of the *target*
+        n = int(self.text.get("num_hidden_layers") or 0)  # the target's hf_text_config
         idx = int(m.group(1))
         name = (f"mtp.{idx - n}" if idx >= n else f"layers.{idx}") + ".ffn.experts"
         hit = next((p for p in ignore if fnmatchcase(name, p)), None)

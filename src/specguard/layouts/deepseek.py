@@ -56,7 +56,11 @@ class DeepseekV4Layout(Layout):
 
     ``context_wkv`` is True for the deepseek_v4 DSpark model, whose
     ``context_wkv_proj`` is loaded from every draft layer's ``attn.wkv``
-    (deepseek_v41's DSpark has none).
+    (deepseek_v41's DSpark has none). ``root`` is where the target's decoder
+    lives: ``model`` for V4, ``language_model.model`` for V4.1, whose registry
+    class is the VL wrapper (deepseek_v41/nvidia/vl_model.py
+    ``DeepseekV41ForCausalLM``: ``language_model`` + ``DeepseekV41LLMForCausalLM``
+    with ``model``). Draft models are built on their own, under ``model``.
     """
 
     family = "deepseek_v4"
@@ -69,9 +73,12 @@ class DeepseekV4Layout(Layout):
         *,
         engine: str = "vllm",
         context_wkv: bool = True,
+        root: str = "model",
     ) -> None:
         super().__init__(num_hidden_layers, num_draft_layers, draft_kind, engine=engine)
         self.context_wkv = context_wkv
+        self.root = root
+        self.head = "lm_head" if root == "model" else f"{root.rsplit('.', 1)[0]}.lm_head"
 
     def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
         return tuple(f"mtp.{i}." for i in range(self.num_draft_layers))
@@ -92,26 +99,25 @@ class DeepseekV4Layout(Layout):
             return self._place_draft(module, int(segs[1]), ".".join(segs[2:]))
         if segs[0] == "layers" and len(segs) > 2 and segs[1].isdigit():
             return self._place_layer(module, int(segs[1]), ".".join(segs[2:]))
-        if segs[0] == "model":  # already runtime-spelled
+        if segs[0] in ("model", "language_model") or module == self.head:  # already runtime-spelled
             return self._place_runtime(module)
+        root = self.root
         if module in ("embed", "embed_tokens") or segs[0] == "embed":
-            return self._placement(module, r.Role(r.EMBEDDING), r.EMBEDDING_KIND, "model.embed_tokens")
+            return self._placement(module, r.Role(r.EMBEDDING), r.EMBEDDING_KIND, f"{root}.embed_tokens")
         if module in ("head", "lm_head"):
-            return self._placement(module, r.Role(r.HEAD), r.HEAD_KIND, "lm_head")
+            return self._placement(module, r.Role(r.HEAD), r.HEAD_KIND, self.head)
         if module.startswith("hc_head"):
-            return self._placement(module, r.Role(r.HEAD), r.OTHER, f"model.{module}")
+            return self._placement(module, r.Role(r.HEAD), r.OTHER, f"{root}.{module}")
         if module == "norm":
-            return self._placement(module, r.Role(r.MAIN), r.NORM, "model.norm")
-        return self._placement(module, r.Role(r.MAIN), fusions.kind_of(module), f"model.{module}")
+            return self._placement(module, r.Role(r.MAIN), r.NORM, f"{root}.norm")
+        return self._placement(module, r.Role(r.MAIN), fusions.kind_of(module), f"{root}.{module}")
 
     def _place_layer(self, module: str, layer: int, rest: str) -> Placement:
         if layer >= self.num_hidden_layers:  # a conversion that numbers draft layers N+i
             return self._place_draft(module, layer - self.num_hidden_layers, rest)
         f = fusions.deepseek_v4(rest)
-        return self._placement(
-            module, r.Role(r.MAIN, layer=layer), f.kind,
-            f"model.layers.{layer}.{f.prefix}", f"model.layers.{layer}.{f.param}",
-        )
+        base = f"{self.root}.layers.{layer}"
+        return self._placement(module, r.Role(r.MAIN, layer=layer), f.kind, f"{base}.{f.prefix}", f"{base}.{f.param}")
 
     def _place_runtime(self, module: str) -> Placement:
         layer = layer_index(module)
@@ -119,10 +125,13 @@ class DeepseekV4Layout(Layout):
             role = self._draft_role(layer - self.num_hidden_layers)
         else:
             role = r.Role(r.MAIN, layer=layer)
-        rest = module.split(".", 3)[3] if layer is not None and module.count(".") >= 3 else ""
+        rest = module.split(f"layers.{layer}.", 1)[1] if layer is not None and f"layers.{layer}." in module else ""
+        rest = rest.removeprefix("mtp_block.")
         kind = fusions.deepseek_v4(rest).kind if rest else fusions.kind_of(module)
-        if module == "model.embed_tokens":
+        if module.endswith("embed_tokens"):
             role, kind = r.Role(r.EMBEDDING), r.EMBEDDING_KIND
+        elif module == self.head:
+            role, kind = r.Role(r.HEAD), r.HEAD_KIND
         return self._placement(module, role, kind, module)
 
     def _place_draft(self, module: str, i: int, rest: str) -> Placement:

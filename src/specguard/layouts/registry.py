@@ -89,13 +89,19 @@ def _deepseek_v4(
     cfg: Mapping[str, Any], config: Mapping[str, Any], n: int, kind: str | None, model_type: str, engine: str
 ) -> DeepseekV4Layout:
     archs = " ".join(str(a) for a in config.get("architectures") or ())
+    v41 = model_type.startswith("deepseek_v41") or "DeepseekV41" in archs
+    if kind == r.MTP and v41:
+        # vllm/config/speculative.py: "DeepSeek V4.1 has no classic-MTP draft"
+        raise LayoutError("DeepSeek-V4.1 has no classic-MTP draft (its mtp.* tensors are DSpark stages); "
+                          "use draft method 'dspark'")
     if kind is None:
-        kind = r.DSPARK if ("dspark_target_layer_ids" in cfg or "DSpark" in archs) else r.MTP
+        dspark = v41 or "dspark_target_layer_ids" in cfg or "DSpark" in archs
+        kind = r.DSPARK if dspark else r.MTP
     if kind == r.DSPARK:
         # dspark.py: ``n_mtp_layers`` or (V4.1) ``num_nextn_predict_layers`` or 3
         k = _int(cfg, "n_mtp_layers", "num_nextn_predict_layers") or 3
     else:
         k = _int(cfg, "num_nextn_predict_layers") or 0
     return DeepseekV4Layout(
-        n, k, kind, engine=engine, context_wkv=model_type in ("deepseek_v4", "deepseek_v4_text")
+        n, k, kind, engine=engine, context_wkv=not v41, root="language_model.model" if v41 else "model"
     )

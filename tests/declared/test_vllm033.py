@@ -1,0 +1,245 @@
+"""vllm033: what vLLM 0.33 builds, pinned on the seeds' layouts and compared with
+vLLM's real ``DeepseekV4FP8Config.get_quant_method`` (both classes) on generated
+configs and prefixes.
+
+The real method runs unchanged: the real quant config comes from vLLM's
+``from_config``, its lists are renamed by vLLM's own ``configure_quant_config``
+with the real model class, the MTP draft shares that object (and ROCm re-keys it
+with the real ``align_mtp_quant_config``), DSpark builds a fresh one. Only the
+*constructors* of the returned quant-method classes are replaced by recorders,
+because on a CPU box they fail in kernel-backend selection; which class the
+decision picked is what is compared.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+import vllm.model_executor.layers.quantization.fp8 as fp8_mod
+import vllm.model_executor.layers.quantization.modelopt as modelopt_mod
+import vllm.models.deepseek_v4.quant_config as q4
+import vllm.models.deepseek_v41.quant_config as q41
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vllm.config import set_current_vllm_config
+from vllm.model_executor.layers.fused_moe import RoutedExperts
+from vllm.model_executor.layers.linear import LinearBase
+from vllm.model_executor.layers.quantization import get_quantization_config
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+from vllm.model_executor.model_loader.utils import configure_quant_config
+from vllm.model_executor.models.utils import WeightsMapper
+from vllm.models.deepseek_v4.cpu.model import DeepseekV4ForCausalLM as CpuV4
+from vllm.models.deepseek_v4.nvidia.dspark import DSparkDeepseekV4ForCausalLM as DSparkV4
+from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM as NvidiaV4
+from vllm.models.deepseek_v4.nvidia.model import _make_deepseek_v4_weights_mapper
+from vllm.models.deepseek_v41.nvidia.dspark import DSparkDeepseekV4ForCausalLM as DSparkV41
+from vllm.models.deepseek_v41.nvidia.vl_model import DeepseekV41ForCausalLM as V41
+
+from specguard.declared.vllm033 import V4_CLASS, V41_CLASS, Vllm033, deepseek_v4_rename
+from specguard.formats import scheme as s
+
+N = 43
+BASE = {"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": N,
+        "num_nextn_predict_layers": 1, "expert_dtype": "fp4"}
+QC = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
+      "weight_block_size": [128, 128]}
+S1 = {**BASE, "quantization_config": {**QC, "moe_quant_algo": "NVFP4", "ignored_layers": ["mtp.*"]}}
+S1_IGNORE = {**BASE, "quantization_config": {**S1["quantization_config"], "ignore": ["mtp.*"]}}
+
+RECORDED = [
+    (modelopt_mod, "ModelOptNvFp4FusedMoE"), (modelopt_mod, "ModelOptLinearMethod"), (modelopt_mod, "CkptCtx"),
+    (q4, "Mxfp4MoEMethod"), (q41, "Mxfp4MoEMethod"), (q4, "UnquantizedFusedMoEMethod"),
+    (q41, "UnquantizedFusedMoEMethod"), (q41, "UnquantizedLinearMethod"), (fp8_mod, "Fp8LinearMethod"),
+    (fp8_mod, "Fp8MoEMethod"), (fp8_mod, "UnquantizedLinearMethod"), (fp8_mod, "UnquantizedFusedMoEMethod"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def recorders():
+    with pytest.MonkeyPatch.context() as mp:
+        for module, name in RECORDED:
+            mp.setattr(module, name, type(name, (), {"__init__": lambda self, *a, **k: None}))
+        yield
+
+
+def _layer(kind: str):
+    cls = {"routed_experts": RoutedExperts, "linear": LinearBase, "head": ParallelLMHead}[kind]
+    layer = object.__new__(cls)
+    layer.__dict__["moe_config"] = None
+    return layer
+
+
+def real_method(config: dict, prefix: str, kind: str, platform: str, model: str) -> str:
+    """The quant-method class vLLM 0.33's own code picks."""
+    qc, v41 = config["quantization_config"], config["model_type"] == "deepseek_v41"
+    cls = q41.DeepseekV4FP8Config if platform in ("cuda", "rocm") else q4.DeepseekV4FP8Config
+    assert cls.override_quantization_method(dict(qc), None, hf_config=NS(model_type=config["model_type"]))
+    # ROCm's amd/model.py class has the CPU class's mapper names and packed mapping
+    # (it cannot be imported without a GPU).
+    model_class = V41 if v41 else {"cuda": NvidiaV4, "cpu": CpuV4, "rocm": CpuV4}[platform]
+    if model == "dspark":
+        obj = cls.from_config(dict(qc))
+        configure_quant_config(obj, DSparkV41 if v41 else DSparkV4)
+    else:
+        obj = cls.from_config(dict(qc))
+        configure_quant_config(obj, model_class)
+        if model == "mtp" and platform == "rocm":
+            q4.align_mtp_quant_config(obj, NS(**config))
+    hf = NS(**config)
+    with set_current_vllm_config(NS(model_config=NS(hf_config=hf, hf_text_config=hf))):
+        try:
+            method = obj.get_quant_method(_layer(kind), prefix)
+        except ValueError:
+            return "ValueError"
+    return "None" if method is None else type(method).__name__
+
+
+def ours(config: dict, prefix: str, kind: str, platform: str, model: str) -> str:
+    return Vllm033(config, platform=platform).builds(prefix, kind=kind, model=model).method
+
+
+# --- the seeds -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform", ["cuda", "cpu", "rocm"])
+@pytest.mark.parametrize("prefix", ["model.layers.43.ffn.experts", "layers.43.ffn.experts"])
+def test_s1_draft_experts_are_built_nvfp4_on_every_platform(platform, prefix):
+    choice = Vllm033(S1, platform=platform).builds(prefix, kind="routed_experts")
+    assert choice.method == "ModelOptNvFp4FusedMoE" and choice.scheme.format == s.NVFP4
+    assert real_method(S1, prefix, "routed_experts", platform, "mtp") == choice.method
+
+
+def test_s1_remedy_ignore_list_honoured_only_by_the_v41_class():
+    cuda, cpu = Vllm033(S1_IGNORE, platform="cuda"), Vllm033(S1_IGNORE, platform="cpu")
+    assert cuda.quant_config_class() == V41_CLASS and cpu.quant_config_class() == V4_CLASS
+    draft = cuda.builds("model.layers.43.ffn.experts", kind="routed_experts")
+    assert draft.method == "Mxfp4MoEMethod" and "mtp.0.ffn.experts" in draft.reason
+    assert cuda.builds("model.layers.42.ffn.experts", kind="routed_experts").method == "ModelOptNvFp4FusedMoE"
+    assert cpu.builds("model.layers.43.ffn.experts", kind="routed_experts").method == "ModelOptNvFp4FusedMoE"
+
+
+def test_ignored_layers_runtime_entry_makes_draft_experts_bf16_not_mxfp4():
+    """SCENARIOS S1: an ``ignored_layers`` entry naming the runtime prefix builds BF16."""
+    cfg = {**S1, "quantization_config": {**S1["quantization_config"],
+                                         "ignored_layers": ["model.layers.43.ffn.experts"]}}
+    choice = Vllm033(cfg).builds("model.layers.43.ffn.experts", kind="routed_experts")
+    assert choice.method == "UnquantizedFusedMoEMethod" and not choice.quantized
+
+
+def test_the_target_renames_ignore_lists_and_only_rocm_rekeys_the_mtp_draft():
+    cfg = {**S1, "quantization_config": {**S1["quantization_config"],
+                                         "ignored_layers": ["mtp.*", "mtp.0.ffn.experts"]}}
+    assert Vllm033(cfg).ignored_layers("mtp") == ("model.mtp.*", "model.mtp.0.ffn.experts")
+    rocm = Vllm033(cfg, platform="rocm")
+    assert rocm.ignored_layers("mtp") == ("model.mtp.*", "model.layers.43.ffn.experts")
+    assert rocm.builds("model.layers.43.ffn.experts", kind="routed_experts").method == "UnquantizedFusedMoEMethod"
+    assert Vllm033(cfg, draft_method="dspark").ignored_layers("dspark") == ("mtp.*", "mtp.0.ffn.experts")
+
+
+def test_layers_built_without_quant_config():
+    v = Vllm033(S1)
+    for prefix, kind in [("model.layers.3.ffn.gate", "linear"), ("lm_head", "head"),
+                         ("model.layers.3.attn.compressor.fused_wkv_wgate", "linear")]:
+        assert not v.builds(prefix, kind=kind).quantized
+    assert v.builds("model.layers.43.head", kind="head").method == "None"  # Fp8Config: no method for heads
+
+
+def test_s2_compressed_tensors_re_entry_never_reaches_the_draft_tower():
+    cfg = {**BASE, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": [r"re:.*mtp\..*", "lm_head"],
+        "config_groups": {
+            "e": {"targets": [r"re:.*ffn\.experts.*"], "weights": {"num_bits": 4, "type": "float", "group_size": 16,
+                                                                     "strategy": "tensor_group"}},
+            "a": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "block",
+                                                     "block_structure": [128, 128]}}}}}
+    v = Vllm033(cfg)
+    experts = v.builds("model.layers.43.ffn.experts", kind="routed_experts")
+    assert experts.method == "CompressedTensorsMoEMethod" and experts.scheme.format == s.NVFP4
+    linear = v.builds("model.layers.43.attn.fused_wqa_wkv", kind="linear")
+    assert linear.scheme.format == s.FP8_BLOCK and "'Linear'" in linear.reason
+    assert not v.builds("lm_head", kind="head").quantized
+
+
+def test_separate_drafter_gets_the_targets_method_and_target_moe_switch():
+    """S4: vLLM feeds the drafter's own dict to the target's class, but reads
+    moe_quant_algo / expert_dtype from the target's config."""
+    drafter = {**BASE, "quantization_config": dict(QC)}
+    v = Vllm033(S1, draft_method="dspark", draft_config=drafter)
+    choice = v.builds("model.layers.43.ffn.experts", kind="routed_experts", model="dspark")
+    assert choice.method == "ModelOptNvFp4FusedMoE"
+    modelopt_target = {**BASE, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}
+    v = Vllm033(modelopt_target, draft_method="dspark", draft_config=drafter)
+    assert v.builds("model.layers.43.ffn.experts", kind="routed_experts", model="dspark").method == "ValueError"
+
+
+def test_class_choice_matches_vllm_registry_on_this_cpu_box():
+    assert get_quantization_config("deepseek_v4_fp8") is q4.DeepseekV4FP8Config
+    assert Vllm033(S1, platform="cpu").quant_config_class() == V4_CLASS
+
+
+def test_unknown_and_unquantized():
+    v = Vllm033({**BASE, "quantization_config": {"quant_method": "hqq"}})
+    assert v.builds("model.layers.1.attn.wo_a", kind="linear").scheme.format == s.UNKNOWN
+    v = Vllm033(BASE)
+    assert v.quant_config_class() is None and not v.builds("model.layers.1.attn.wo_a", kind="linear").quantized
+    with pytest.raises(ValueError, match="platform"):
+        Vllm033(BASE, platform="tpu")
+
+
+# --- differential against the real get_quant_method ---------------------------------------
+
+IGNORED = st.lists(st.sampled_from([
+    "mtp.*", "mtp.0.ffn.experts", "mtp.0.ffn.experts.0.w1", "model.layers.{n}.ffn.experts", "layers.{n}.ffn.experts",
+    "model.layers.{n}.ffn.experts.0.w1", "model.layers.{n}.attn.wq_a", "model.layers.{n}.attn.wkv",
+    "model.layers.{n}.attn.fused_wqa_wkv", "layers.0.attn.wq_a", "layers.0.attn.wkv", "model.layers.{n}.e_proj",
+    "mtp.0.e_proj", "mtp.0.attn.wq_a", "layers.1.ffn.shared_experts.w1", "model.layers.1.ffn.shared_experts.w3",
+]), max_size=4)
+IGNORE = st.one_of(st.none(), st.lists(st.sampled_from(["mtp.*", "mtp.0.*", "mtp.1.*", "layers.1.*", "*experts",
+                                                         "MTP.*", "layers.*"]), max_size=3))
+PREFIXES = st.sampled_from([
+    ("model.layers.{n}.ffn.experts", "routed_experts"), ("layers.{n}.ffn.experts", "routed_experts"),
+    ("model.layers.{n1}.ffn.experts", "routed_experts"), ("model.layers.1.ffn.experts", "routed_experts"),
+    ("model.layers.0.ffn.experts", "routed_experts"), ("language_model.model.layers.1.ffn.experts", "routed_experts"),
+    ("model.layers.{n}.attn.fused_wqa_wkv", "linear"), ("model.layers.0.attn.fused_wqa_wkv", "linear"),
+    ("model.layers.{n}.e_proj", "linear"), ("model.layers.1.ffn.shared_experts.gate_up_proj", "linear"),
+    ("model.layers.{n}.attn.wo_a", "linear"), ("model.layers.{n}.head", "head"),
+])
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(2, 61))
+    fmt = {"n": n, "n1": n + 1}
+    qc = {**QC, "ignored_layers": [x.format(**fmt) for x in draw(IGNORED)]}
+    algo = draw(st.sampled_from([None, "NVFP4", "nvfp4", "MXFP4"]))
+    if algo:
+        qc["moe_quant_algo"] = algo
+    ignore = draw(IGNORE)
+    if ignore is not None:
+        qc["ignore"] = ignore
+    qc["weight_block_size"] = draw(st.sampled_from([[128, 128], [32, 32]]))
+    platform = draw(st.sampled_from(["cuda", "cpu", "rocm"]))
+    model_type = draw(st.sampled_from(["deepseek_v4", "deepseek_v41"])) if platform != "cpu" else "deepseek_v4"
+    config = {"model_type": model_type, "num_hidden_layers": n, "num_nextn_predict_layers": draw(st.integers(1, 2)),
+              "expert_dtype": draw(st.sampled_from(["fp4", "fp4", "fp8"])), "quantization_config": qc}
+    model = draw(st.sampled_from(["target", "mtp", "dspark"] if model_type == "deepseek_v4" else ["target", "dspark"]))
+    prefix, kind = draw(PREFIXES)
+    return config, prefix.format(**fmt), kind, platform, model
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=cases())
+def test_builds_equals_vllm_get_quant_method(case):
+    assert ours(*case) == real_method(*case), case
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.sampled_from([
+    "mtp.*", "mtp.0.ffn.experts", "layers.3.ffn.experts.0.w1", "embed.weight", "head.weight", "norm.weight",
+    "hc_head_fn", "layers.1.ffn.shared_experts.w2", "layers.1.attn.wq_a.scale", "layers.1.ffn.experts.3.w2.scale",
+    "model.layers.43.ffn.experts", "lm_head", "layers.1.ffn.gate.bias", "mtp.0.head.weight", "x.embed.weight",
+]), max_size=6))
+def test_rename_equals_vllm_rename_mapper(names):
+    real = _make_deepseek_v4_weights_mapper("fp4").get_rename_mapper().apply_list(names)
+    assert [deepseek_v4_rename(n) for n in names] == real
+    assert WeightsMapper().apply_list(names) == names  # identity mapper sanity
