@@ -20,3 +20,23 @@ def raw_safetensors(path: Path, header: object, data: bytes = b"", *, length: in
 @pytest.fixture
 def write_raw():
     return raw_safetensors
+
+
+@pytest.fixture(scope="session")
+def scenarios(tmp_path_factory: pytest.TempPathFactory):
+    """Every factory scenario written once per session: name -> ScenarioInfo."""
+    from specguard.factory import SCENARIOS, write_scenario
+
+    root = tmp_path_factory.mktemp("scenarios")
+    return {name: write_scenario(name, root / name) for name in SCENARIOS}
+
+
+def resolvers_for(info):
+    """The Resolver(s) a user gets for a scenario: the target, plus a separate drafter (S4)."""
+    from specguard.resolve import Resolver
+
+    method = info.facts.get("draft_kind")
+    if info.drafter_path is None:
+        return [Resolver.open(info.path, draft_method=method if method == "dspark" else None)]
+    target = Resolver.open(info.path)
+    return [target, Resolver.open(info.drafter_path, draft_method=method, target=target)]

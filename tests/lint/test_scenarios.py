@@ -1,0 +1,81 @@
+"""The full finding set of every scenario: a new false alarm, or a lost finding, fails here."""
+
+from __future__ import annotations
+
+import pytest
+
+from specguard.lint import lint
+from tests.conftest import resolvers_for
+
+# SCENARIOS.md's right answers, as rule codes.
+EXPECTED = {
+    "s1": {"SG101", "SG201", "SG202"},
+    "s1-dspark": {"SG101", "SG201", "SG202"},
+    "s1-u8": {"SG101", "SG201", "SG202", "SG402"},
+    "s2": {"SG101", "SG203"},
+    "s3": set(),
+    "s3-fp8": set(),
+    "s4": {"SG201", "SG202"},
+    "s5": {"SG101", "SG202"},
+    "s6": set(),
+    "s7": {"SG301"},
+    "s8": set(),
+    "s8-bf16": set(),
+    "s8-nvfp4": set(),
+}
+NVFP4_PER_TENSOR = ["w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"]
+
+
+def test_every_scenario_has_an_expectation(scenarios):
+    assert set(scenarios) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_exact_finding_set(scenarios, name):
+    result = lint(resolvers_for(scenarios[name]))
+    got = {f.code for f in result.findings}
+    assert got == EXPECTED[name], [f"{f.code}: {f.message}" for f in result.findings]
+
+
+@pytest.mark.parametrize("name", ["s1", "s1-u8", "s1-dspark", "s4"])
+def test_misrouted_draft_experts_are_exactly_the_draft_experts(scenarios, name):
+    info = scenarios[name]
+    result = lint(resolvers_for(info))
+    sg201 = [f for f in result.findings if f.code == "SG201"]
+    named = {m for f in sg201 for m in f.modules}
+    expected = {m for m, e in {**info.expected, **info.drafter_expected}.items()
+                if e.role == "draft" and ".experts." in m}
+    assert named == expected
+
+
+@pytest.mark.parametrize("name", ["s1", "s5"])
+def test_uninitialized_parameters_named(scenarios, name):
+    f = next(f for f in lint(resolvers_for(scenarios[name])).findings if f.code == "SG202")
+    assert f.data["engine_parameters"] == NVFP4_PER_TENSOR
+    assert f.data["missing"] == ["weight_scale_2", "input_scale"]
+
+
+def test_dead_ignore_pattern_proposes_runtime_names(scenarios):
+    s2 = next(f for f in lint(resolvers_for(scenarios["s2"])).findings if f.code == "SG101")
+    assert s2.data["pattern"] == r"re:.*mtp\..*"
+    assert all(p.startswith("model.layers.") for p in s2.data["runtime_prefixes"])
+    assert "match the runtime prefixes instead" in s2.fix
+    s1 = next(f for f in lint(resolvers_for(scenarios["s1"])).findings if f.code == "SG101")
+    assert s1.data["pattern"] == "mtp.*" and '"ignore": ["mtp.*"]' in s1.fix
+
+
+def test_header_only_rules_read_no_bytes(scenarios):
+    result = lint(resolvers_for(scenarios["s1"]))
+    from specguard.lint import RULES
+
+    for code, n in result.bytes_by_rule.items():
+        if not RULES[code].reads_bytes:
+            assert n == 0, code
+    assert result.bytes_by_rule["SG401"] > 0
+    assert result.bytes_read < result.checkpoint_bytes
+
+
+def test_select_and_ignore(scenarios):
+    rs = resolvers_for(scenarios["s1"])
+    assert {f.code for f in lint(rs, select_codes=["SG2"]).findings} == {"SG201", "SG202"}
+    assert {f.code for f in lint(rs, ignore_codes=["SG2", "SG101"]).findings} == set()
