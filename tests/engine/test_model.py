@@ -7,20 +7,21 @@ import torch
 
 from specguard.engine.model import ModelConfig, Transformer
 
-TINY = ModelConfig(dim=128, n_layers=2, n_heads=2, n_routed_experts=4, moe_inter_dim=128,
-                   max_seq_len=64)
+TINY = ModelConfig(dim=128, n_layers=2, n_routed_experts=4, max_seq_len=64)
 
 
 def test_state_dict_uses_deepseek_v4_native_names() -> None:
     names = set(Transformer(TINY).state_dict())
     for name in [
         "embed.weight", "head.weight", "norm.weight",
-        "layers.0.attn_norm.weight", "layers.0.attn.wq.weight", "layers.1.attn.wo.weight",
-        "layers.0.ffn_norm.weight", "layers.0.ffn.gate.weight",
+        "layers.0.attn_norm.weight", "layers.0.attn.wq_a.weight", "layers.0.attn.q_norm.weight",
+        "layers.0.attn.wq_b.weight", "layers.0.attn.wkv.weight", "layers.0.attn.kv_norm.weight",
+        "layers.1.attn.wo_a.weight", "layers.1.attn.wo_b.weight",
+        "layers.0.ffn_norm.weight", "layers.0.ffn.gate.weight", "layers.0.ffn.gate.bias",
         "layers.1.ffn.experts.3.w1.weight", "layers.1.ffn.experts.3.w2.weight",
         "layers.1.ffn.experts.3.w3.weight", "layers.0.ffn.shared_experts.w1.weight",
         "mtp.0.enorm.weight", "mtp.0.hnorm.weight", "mtp.0.e_proj.weight", "mtp.0.h_proj.weight",
-        "mtp.0.attn.wq.weight", "mtp.0.ffn.gate.weight", "mtp.0.ffn.experts.0.w1.weight",
+        "mtp.0.attn.wq_a.weight", "mtp.0.ffn.gate.weight", "mtp.0.ffn.experts.0.w1.weight",
         "mtp.0.ffn.shared_experts.w2.weight", "mtp.0.norm.weight",
     ]:
         assert name in names, name

@@ -12,11 +12,13 @@ quantized draft modules:
   through the target's own head (shared embedding and head).
 
 Parameter names are DeepSeek-V4 native checkpoint names (``embed.weight``,
-``layers.{i}.attn.wq.weight``, ``layers.{i}.ffn.experts.{e}.w1.weight``,
+``layers.{i}.attn.wq_a.weight``, ``layers.{i}.ffn.experts.{e}.w1.weight``,
 ``layers.{i}.ffn.shared_experts.w1.weight``, ``layers.{i}.ffn.gate.weight``,
 ``mtp.0.e_proj.weight``, ``mtp.0.ffn.experts.{e}.w1.weight``, ``head.weight``),
-so ``state_dict()`` exports without renaming. Attention is plain multi-head
-attention with RoPE (V4's compressed attention is not what is being tested).
+so ``state_dict()`` exports without renaming, with the shapes specguard's
+factory writes for DeepSeek-V4. Attention keeps V4's projections (low-rank
+query, one shared KV head, grouped low-rank output) but not its sparse and
+compressed-KV machinery, which is not what is being tested here.
 
 Decoding uses a per-layer :class:`KVCache`; truncating ``length`` rolls the
 cache back after rejected draft tokens.
@@ -39,7 +41,12 @@ class ModelConfig:
     vocab_size: int = 256  # bytes
     dim: int = 256
     n_layers: int = 4
-    n_heads: int = 4
+    n_heads: int = 2
+    head_dim: int = 128
+    rope_head_dim: int = 64  # RoPE on the last rope_head_dim channels of each head
+    q_lora_rank: int = 128
+    o_lora_rank: int = 128
+    o_groups: int = 2
     n_routed_experts: int = 4
     n_activated_experts: int = 2
     moe_inter_dim: int = 128
@@ -51,15 +58,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         # Quantized linears need 128 (FP8 block), 32 (MXFP4) and 16 (NVFP4) to divide them.
-        for name in ("dim", "moe_inter_dim"):
+        for name in ("dim", "head_dim", "q_lora_rank", "o_lora_rank", "moe_inter_dim"):
             if getattr(self, name) % 128:
                 raise ValueError(f"{name}={getattr(self, name)} must be a multiple of 128")
-        if self.dim % self.n_heads or (self.dim // self.n_heads) % 2:
-            raise ValueError("dim must split into n_heads heads of even size")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        if (self.n_heads * self.head_dim) % (128 * self.o_groups):
+            raise ValueError("n_heads * head_dim must split into o_groups multiples of 128")
+        if self.rope_head_dim % 2 or not 0 < self.rope_head_dim <= self.head_dim:
+            raise ValueError("rope_head_dim must be even and at most head_dim")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -82,29 +87,31 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [max_seq_len, head_dim/2] for rotary embeddings."""
-    half = cfg.head_dim // 2
+    """cos/sin tables [max_seq_len, rope_head_dim/2] for rotary embeddings."""
+    half = cfg.rope_head_dim // 2
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32) / half))
     angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (first half, second half) of x [B, H, T, D]."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.to(x.dtype)
+    """Rotate the last 2 * cos.shape[-1] channels of x [B, H, T, D] (pairs: first/second half)."""
+    rope = 2 * cos.shape[-1]
+    keep, rot = x[..., :-rope], x[..., -rope:].float()
+    x1, x2 = rot.chunk(2, dim=-1)
+    rot = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return torch.cat((keep, rot.to(x.dtype)), dim=-1)
 
 
 class KVCache:
-    """Keys and values of one attention layer for one sequence (batch 1).
+    """Keys and values of one attention layer for one sequence (batch 1, one KV head).
 
     ``length`` is how many positions are valid; setting it lower discards the
     tail (rejected draft tokens), whose slots are simply overwritten later.
     """
 
     def __init__(self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
-        shape = (1, cfg.n_heads, cfg.max_seq_len, cfg.head_dim)
+        shape = (1, 1, cfg.max_seq_len, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0
@@ -120,13 +127,24 @@ class KVCache:
 
 
 class Attention(nn.Module):
+    """DeepSeek-V4-style attention without its sparse/compressed parts.
+
+    Low-rank queries (``wq_a`` -> ``q_norm`` -> ``wq_b``), one shared key/value
+    head (``wkv`` -> ``kv_norm``; keys get RoPE on their last channels, values
+    do not), and a grouped low-rank output (``wo_a`` per head group, ``wo_b``).
+    """
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
-        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.n_heads, self.head_dim, self.o_groups = cfg.n_heads, cfg.head_dim, cfg.o_groups
+        self.wq_a = nn.Linear(cfg.dim, cfg.q_lora_rank, bias=False)
+        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
+        self.wq_b = nn.Linear(cfg.q_lora_rank, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wkv = nn.Linear(cfg.dim, cfg.head_dim, bias=False)
+        self.kv_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        group_in = cfg.n_heads * cfg.head_dim // cfg.o_groups
+        self.wo_a = nn.Linear(group_in, cfg.o_groups * cfg.o_lora_rank, bias=False)
+        self.wo_b = nn.Linear(cfg.o_groups * cfg.o_lora_rank, cfg.dim, bias=False)
 
     def forward(
         self,
@@ -136,13 +154,12 @@ class Attention(nn.Module):
         cache: KVCache | None = None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
-
-        def heads(proj: nn.Linear) -> torch.Tensor:
-            return proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-
-        q, k, v = apply_rope(heads(self.wq), cos, sin), apply_rope(heads(self.wk), cos, sin), heads(self.wv)
+        q = self.wq_b(self.q_norm(self.wq_a(x))).view(b, t, self.n_heads, self.head_dim)
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # [B, H, T, D]
+        kv = self.kv_norm(self.wkv(x)).unsqueeze(1)  # [B, 1, T, D]
+        k, v = apply_rope(kv, cos, sin), kv
         if cache is None:  # training / full recompute: plain causal attention
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q), is_causal=True)
         else:
             start = cache.length
             k, v = cache.append(k, v)
@@ -150,8 +167,12 @@ class Attention(nn.Module):
             mask = torch.arange(k.shape[2], device=x.device)[None, :] <= (
                 start + torch.arange(t, device=x.device)[:, None]
             )
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+            shape = (b, self.n_heads, *k.shape[2:])
+            y = F.scaled_dot_product_attention(q, k.expand(shape), v.expand(shape), attn_mask=mask)
+        # grouped output projection: each group of heads has its own slice of wo_a
+        y = y.transpose(1, 2).reshape(b, t, self.o_groups, -1)
+        wo_a = self.wo_a.weight.view(self.o_groups, -1, y.shape[-1])
+        return self.wo_b(torch.einsum("btgd,grd->btgr", y, wo_a).flatten(2))
 
 
 class Expert(nn.Module):
@@ -168,17 +189,24 @@ class Expert(nn.Module):
 
 
 class Gate(nn.Module):
-    """Top-k softmax router; weights renormalized over the chosen experts."""
+    """Top-k softmax router; weights renormalized over the chosen experts.
+
+    ``bias`` is DeepSeek-V3/V4's auxiliary-loss-free balancing bias: it shifts
+    which experts are chosen, not their weights, and is updated by a rule
+    (:meth:`MoE.update_bias`), not by gradients.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.topk = cfg.n_activated_experts
         self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.dim))
+        self.register_buffer("bias", torch.zeros(cfg.n_routed_experts))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         probs = F.linear(x, self.weight).float().softmax(dim=-1)
-        weights, indices = probs.topk(self.topk, dim=-1)
+        indices = (probs + self.bias.float()).topk(self.topk, dim=-1).indices
+        weights = probs.gather(-1, indices)
         weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights.to(x.dtype), indices, probs
 
@@ -193,6 +221,7 @@ class MoE(nn.Module):
         )
         self.shared_experts = Expert(cfg.dim, cfg.n_shared_experts * cfg.moe_inter_dim)
         self.aux_loss: torch.Tensor | None = None  # load-balance loss of the last forward
+        self.load: torch.Tensor | None = None  # share of tokens per expert, last forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -204,9 +233,15 @@ class MoE(nn.Module):
             if rows.numel():
                 y.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
         if self.training:  # Switch-style balance loss: E * sum_e(token share_e * mean prob_e)
-            share = F.one_hot(indices, self.n_experts).float().sum(1).mean(0) / indices.shape[1]
-            self.aux_loss = self.n_experts * (share * probs.mean(0)).sum()
+            self.load = F.one_hot(indices, self.n_experts).float().sum(1).mean(0) / indices.shape[1]
+            self.aux_loss = self.n_experts * (self.load * probs.mean(0)).sum()
         return (y + self.shared_experts(x)).view(shape)
+
+    @torch.no_grad()
+    def update_bias(self, rate: float) -> None:
+        """Aux-loss-free balancing: raise the bias of under-loaded experts, lower over-loaded ones."""
+        if self.load is not None:
+            self.gate.bias += rate * torch.sign(self.load.mean() - self.load)
 
 
 class Block(nn.Module):
@@ -299,6 +334,11 @@ class Transformer(nn.Module):
         """Empty caches: one per target layer (or ``n`` of them)."""
         ref = self.head.weight
         return [KVCache(self.cfg, ref.device, ref.dtype) for _ in range(n or self.cfg.n_layers)]
+
+    @staticmethod
+    def update_router_bias(blocks: nn.ModuleList, rate: float) -> None:
+        for block in blocks:
+            block.ffn.update_bias(rate)
 
     def moe_aux_loss(self, blocks: nn.ModuleList) -> torch.Tensor:
         losses = [b.ffn.aux_loss for b in blocks if b.ffn.aux_loss is not None]

@@ -46,7 +46,8 @@ class TrainConfig:
     min_lr: float = 3e-4
     warmup_steps: int = 100
     weight_decay: float = 0.1
-    aux_loss_coef: float = 0.01
+    aux_loss_coef: float = 0.001  # small sequence-level balance loss, as DeepSeek-V3
+    bias_update_rate: float = 0.001  # aux-loss-free router-bias balancing (DeepSeek-V3 gamma)
     eval_every: int = 250
     eval_windows: int = 192
     time_limit_s: float = 0.0  # 0: none; else phase 1 stops at 80 % of it, phase 2 at 100 %
@@ -116,6 +117,7 @@ def _run_phase(
     model: Transformer,
     params: list[torch.nn.Parameter],
     loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    blocks: torch.nn.ModuleList,
     steps: int,
     metric: str,
     cfg: TrainConfig,
@@ -150,6 +152,7 @@ def _run_phase(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        model.update_router_bias(blocks, cfg.bias_update_rate)
     assert best_state is not None
     model.load_state_dict(best_state)
     scores = evaluate(model, held)
@@ -206,11 +209,11 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     t0 = time.perf_counter()
     limit = cfg.time_limit_s or math.inf
     model.train()
-    _run_phase("target", model, target_params, target_loss, cfg.target_steps, "target_bpb",
+    _run_phase("target", model, target_params, target_loss, model.layers, cfg.target_steps, "target_bpb",
                cfg, data, held, log, t0 + 0.8 * limit)
     for p in target_params:
         p.requires_grad_(False)
-    scores = _run_phase("mtp", model, mtp_params, mtp_loss, cfg.mtp_steps, "mtp_bpb",
+    scores = _run_phase("mtp", model, mtp_params, mtp_loss, model.mtp, cfg.mtp_steps, "mtp_bpb",
                         cfg, data, held, log, t0 + limit)
     log(f"training time: {time.perf_counter() - t0:.0f}s")
     log(f"RESULT held-out bpb {scores['target_bpb']:.4f} (unigram {unigram:.4f}); "
