@@ -21,7 +21,8 @@ from specguard.codecs._tables import (
     E4M3_MAX,
     E4M3_TABLE,
     E8M0_TABLE,
-    FP4_PAIR_TABLE,
+    FP4_PAIR64,
+    INT4_PAIR64,
 )
 from specguard.formats.scheme import (
     COMPRESSED_TENSORS,
@@ -91,10 +92,38 @@ def pack_fp4(xp, codes: Array) -> Array:
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 
-def fp4_values(xp, packed: Array) -> Array:
-    """Packed FP4 bytes -> float32 values, last dim doubled (low nibble first)."""
-    pairs = xp.take(xp.table(FP4_PAIR_TABLE, packed), xp.view(packed, "U8"))
-    return pairs.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+def fp4_values(xp, packed: Array, out: Array | None = None) -> Array:
+    """Packed FP4 bytes -> float32 values, last dim doubled (low nibble first).
+
+    numpy: one 64-bit gather per byte (two values at once). torch: the float32
+    bits are built with integer ops (no gather, no index check), which
+    torch.compile fuses into one kernel with the scaling.
+    """
+    data = xp.view(packed, "U8")
+    if xp.name == "numpy":
+        return _pair_values(xp, FP4_PAIR64, data, out)
+    b = xp.cast(data, "I32")
+    codes = xp.stack_last(b & 0xF, b >> 4).reshape(*data.shape[:-1], data.shape[-1] * 2)
+    return xp.view(e2m1_bits(xp, codes), "F32")
+
+
+def e2m1_bits(xp, code: Array) -> Array:
+    """E2M1 code (int32 0..15) -> float32 bit pattern (int32).
+
+    Magnitude m >= 2 is 2**((m >> 1) - 1) * (1 + (m & 1) / 2): biased exponent
+    (m >> 1) + 126, top mantissa bit m & 1; m == 1 is 0.5; m == 0 is zero.
+    """
+    m = code & 7
+    normal = (((m >> 1) + 126) << 23) | ((m & 1) << 22)
+    bits = xp.cast(xp.where(m >= 2, normal, xp.where(m == 1, 0x3F000000, 0)), "I32")
+    return bits | ((code & 8) << 28)
+
+
+def _pair_values(xp, table: np.ndarray, data_u8: Array, out: Array | None) -> Array:
+    """One 64-bit gather per byte = two float32 values (``out``: float32, last dim 2x)."""
+    words = xp.take(xp.table(table, data_u8), data_u8,
+                    out=None if out is None else xp.view(out, "I64"))
+    return xp.view(words, "F32")
 
 
 def cast_e4m3(xp, y: Array) -> Array:
@@ -447,22 +476,67 @@ def decode(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Decode
     return Decoded(tensors[lay.weight], scale, block, shape)
 
 
-def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...]) -> Array:
-    """Stored elements -> float32 values before scaling, logical shape."""
+def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...],
+                   out: Array | None = None) -> Array:
+    """Stored elements -> float32 values before scaling, logical shape.
+
+    ``out`` (numpy): a float32 array of ``shape`` to decode into.
+    """
     if lay.packing in (L.FP4, L.FP4_GPT_OSS):
-        return fp4_values(xp, elements).reshape(shape)
-    if lay.packing == L.INT4_ROWS:
-        return xp.f32(unpack_int4(xp, elements, shape[-1]) - 8)
+        packed = elements.reshape(*shape[:-1], shape[-1] // 2)
+        return fp4_values(xp, packed, out).reshape(shape)
+    if lay.packing == L.INT4_ROWS:  # int32 words are little-endian bytes of nibble pairs
+        if xp.name != "numpy":
+            return xp.f32(unpack_int4(xp, elements, shape[-1]) - 8)
+        words = xp.view(elements, "U8")
+        full = words.shape[-1] * 2
+        values = _pair_values(xp, INT4_PAIR64, words, out if full == shape[-1] else None)
+        return values[..., : shape[-1]]
     if xp.dtype(elements) == "F8_E4M3":
-        return decode_e4m3(xp, elements)
+        if xp.name != "numpy":  # the cast is exact; cheaper than a gather on a GPU
+            return xp.f32(elements)
+        return xp.take(xp.table(E4M3_TABLE, elements), xp.view(elements, "U8"), out=out)
     raise ValueError(f"{lay.format}/{lay.convention}: cannot decode elements of dtype "
                      f"{xp.dtype(elements)}")
 
 
-def expand_multiply(xp, lay: L.Layout, d: Decoded) -> Array:
+def expand_multiply(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
     """The bandwidth-bound part: decode every element and apply its block scale."""
-    values = element_values(xp, lay, d.elements, d.shape)
+    values = element_values(xp, lay, d.elements, d.shape, out)
     return multiply_blocks(xp, values, d.scale, *d.block)
+
+
+CHUNK_BYTES = 512 * 1024  # float32 output per step: stays in L2 between decode and scale
+
+
+def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded) -> Array:
+    """numpy: ``expand_multiply`` over row chunks, each decoded and scaled while in cache.
+
+    Element-wise identical to the one-shot version (same operations per element).
+    """
+    *lead, rows, cols = d.shape
+    br, bc = d.block
+    nr = d.scale.shape[-2]
+    n_lead = int(np.prod(lead)) if lead else 1
+    out = np.empty(d.shape, np.float32)
+    o = out.reshape(n_lead, rows, cols)
+    e = d.elements.reshape(n_lead, rows, -1)
+    sc = d.scale.reshape(n_lead, nr, -1)
+    step = max(1, CHUNK_BYTES // (4 * cols))
+    if nr > 1:  # chunks hold whole block rows
+        step = max(br, step // br * br)
+    for i in range(n_lead):
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            if nr == 1:  # one scale row (per-tensor / per-column): the chunk is one block row
+                chunk = Decoded(e[i, r0:r1], sc[i], (r1 - r0, bc), (r1 - r0, cols))
+            else:
+                chunk = Decoded(e[i, r0:r1], sc[i, r0 // br: ceil_div(r1, br)], (br, bc),
+                                (r1 - r0, cols))
+            res = expand_multiply(xp, lay, chunk, out=o[i, r0:r1])
+            if res is not o[i, r0:r1] and not np.shares_memory(res, o):
+                o[i, r0:r1] = res
+    return out
 
 
 def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
@@ -470,7 +544,10 @@ def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Ar
         return _dequantize_gptq(xp, lay, tensors, opt)
     if lay.format == INT4_GROUP and "weight_zero_point" in tensors:
         raise ValueError("asymmetric int4 (weight_zero_point) is not supported")
-    return expand_multiply(xp, lay, decode(xp, lay, tensors, opt))
+    d = decode(xp, lay, tensors, opt)
+    if xp.name == "numpy":
+        return expand_multiply_chunked(xp, lay, d)
+    return expand_multiply(xp, lay, d)
 
 
 def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
@@ -480,16 +557,17 @@ def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options)
     cols = qweight.shape[0] * 8
     scales = xp.f32(_pick(tensors, (opt.scale_name,) if opt.scale_name else lay.scale,
                           "scales", lay))
-    zeros = unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows)
-    if not opt.gptq_v2:
-        zeros = zeros + 1
+    zeros = xp.f32(unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows))
+    zeros = zeros - (8.0 if opt.gptq_v2 else 7.0)  # (z - 8); v1 stores z - 1
     if "g_idx" in tensors:
         g_idx = xp.cast(tensors["g_idx"], "I64")
     else:
         g = opt.group_size or lay.block[1]
         g_idx = xp.arange(cols, "I64", like=qweight) // g
-    q = unpack_int4(xp, qweight.T, cols).T  # [in, out]
-    wt = xp.f32(q - xp.take(zeros, g_idx)) * xp.take(scales, g_idx)
+    # int32 words along the input dim are little-endian bytes of nibble pairs (q - 8).
+    q = _pair_values(xp, INT4_PAIR64, xp.view(qweight, "U8"), None)  # [in/8, out * 8]
+    q = q.reshape(cols // 8, rows, 8).swapaxes(1, 2).reshape(cols, rows)  # [in, out]
+    wt = (q - zeros[g_idx]) * scales[g_idx]
     return _contiguous(xp, wt.T)
 
 

@@ -38,8 +38,10 @@ class NumpyOps:
     def table(self, table: np.ndarray, like: Array | None = None) -> Array:
         return table
 
-    def take(self, table: Array, index: Array) -> Array:
-        return table[index]
+    def take(self, table: Array, index: Array, out: Array | None = None) -> Array:
+        if out is None:
+            return np.take(table, index, mode="clip")  # indices are bytes: always in range
+        return np.take(table, index, out=out, mode="clip")  # "clip": no output buffering
 
     def amax(self, x: Array, axes: tuple[int, ...] | None = None) -> Array:
         return np.max(x, axis=axes) if axes is not None else np.max(x)
@@ -94,12 +96,18 @@ class NumpyOps:
 
 
 class TorchOps:
-    """torch on any device; torch is imported when this class is instantiated."""
+    """torch on one device; torch is imported when this class is instantiated.
+
+    The decode tables are copied to the device once, up front, so a compiled
+    kernel sees a constant dict (no recompilation when a table is first used).
+    """
 
     name = "torch"
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         import torch
+
+        from specguard.codecs import _tables
 
         self.torch = torch
         t = torch
@@ -110,7 +118,11 @@ class TorchOps:
             "F8_E8M0": t.float8_e8m0fnu,
         }
         self._names = {v: k for k, v in self._dtypes.items()}
-        self._tables: dict[tuple[int, str], Any] = {}
+        self.device = torch.device(device)
+        tables = (_tables.E2M1_VALUES, _tables.E4M3_TABLE, _tables.E8M0_TABLE,
+                  _tables.FP4_PAIR64, _tables.INT4_PAIR64)
+        self._tables = {id(tb): torch.from_numpy(np.ascontiguousarray(tb)).to(self.device)
+                        for tb in tables}
 
     def dtype(self, x: Array) -> str:
         return self._names[x.dtype]
@@ -128,13 +140,9 @@ class TorchOps:
         return x.view(self._dtypes[dtype])
 
     def table(self, table: np.ndarray, like: Array | None = None) -> Array:
-        device = like.device if like is not None else "cpu"
-        key = (id(table), str(device))
-        if key not in self._tables:
-            self._tables[key] = self.torch.from_numpy(np.ascontiguousarray(table)).to(device)
-        return self._tables[key]
+        return self._tables[id(table)]
 
-    def take(self, table: Array, index: Array) -> Array:
+    def take(self, table: Array, index: Array, out: Array | None = None) -> Array:
         return table[index.to(self.torch.int64)]
 
     def amax(self, x: Array, axes: tuple[int, ...] | None = None) -> Array:
@@ -170,19 +178,19 @@ class TorchOps:
         return F.pad(x, (0, cols - x.shape[-1], 0, rows - x.shape[-2]))
 
     def zeros(self, shape: tuple[int, ...], dtype: str, like: Array | None = None) -> Array:
-        device = like.device if like is not None else "cpu"
+        device = like.device if like is not None else self.device
         return self.torch.zeros(shape, dtype=self._dtypes[dtype], device=device)
 
     def arange(self, n: int, dtype: str, like: Array | None = None) -> Array:
-        device = like.device if like is not None else "cpu"
+        device = like.device if like is not None else self.device
         return self.torch.arange(n, dtype=self._dtypes[dtype], device=device)
 
     def full(self, shape: tuple[int, ...], value: float, dtype: str, like: Array | None = None):
-        device = like.device if like is not None else "cpu"
+        device = like.device if like is not None else self.device
         return self.torch.full(shape, value, dtype=self._dtypes[dtype], device=device)
 
     def scalar(self, value: float, like: Array | None = None) -> Array:
-        device = like.device if like is not None else "cpu"
+        device = like.device if like is not None else self.device
         return self.torch.tensor(value, dtype=self.torch.float32, device=device)
 
     def mul_(self, a: Array, b: Array) -> Array:

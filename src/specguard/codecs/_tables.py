@@ -29,3 +29,10 @@ E4M3_TABLE = _BYTES.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 E8M0_TABLE = _BYTES.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
 # One packed byte -> its two E2M1 values (low nibble first).
 FP4_PAIR_TABLE = np.stack([E2M1_VALUES[_BYTES & 0xF], E2M1_VALUES[_BYTES >> 4]], axis=-1)
+# The same pairs as one 64-bit word per byte: one gather yields two float32s.
+FP4_PAIR64 = np.ascontiguousarray(FP4_PAIR_TABLE).view(np.int64).reshape(256)
+# int4 nibbles (low first) of one byte as float32 (q - 8): compressed-tensors' and
+# GPTQ's int32 words are little-endian byte sequences of such pairs.
+_INT4_PAIRS = np.stack([(_BYTES & 0xF).astype(np.float32) - 8,
+                        (_BYTES >> 4).astype(np.float32) - 8], axis=-1)
+INT4_PAIR64 = np.ascontiguousarray(_INT4_PAIRS).view(np.int64).reshape(256)

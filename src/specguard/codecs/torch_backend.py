@@ -22,11 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["dequantize", "quantize"]
 
 
-@lru_cache(maxsize=1)
-def _ops() -> Any:
+@lru_cache(maxsize=16)
+def _ops(device: str = "cpu") -> Any:
+    """One TorchOps per device, holding that device's decode tables."""
     from specguard.codecs._ops import TorchOps
 
-    return TorchOps()
+    return TorchOps(device)
+
+
+def _device(tensors: Any) -> str:
+    first = tensors if not isinstance(tensors, Mapping) else next(iter(tensors.values()))
+    return str(first.device)
 
 
 def quantize(
@@ -47,7 +53,7 @@ def quantize(
     opt = _core.Options(block=block, group_size=group_size, scale_dtype=scale_dtype,
                         scale_name=scale_name, weight_dtype=weight_dtype,
                         scale_rule=scale_rule, input_amax=input_amax, gptq_v2=gptq_v2)
-    return _core.quantize(_ops(), layout(fmt, convention), w, opt)
+    return _core.quantize(_ops(_device(w)), layout(fmt, convention), w, opt)
 
 
 def dequantize(
@@ -64,25 +70,25 @@ def dequantize(
 ) -> torch.Tensor:
     """Same as :func:`specguard.codecs.dequantize`; float32 unless ``dtype`` is given
     (the float32 result rounded once, e.g. to bfloat16)."""
-    xp = _ops()
+    tensors = dict(tensors)
+    device = _device(tensors)
+    xp = _ops(device)
     lay = layout(fmt, convention)
     opt = _core.Options(block=block, group_size=group_size, scale_name=scale_name,
                         gptq_v2=gptq_v2)
-    tensors = dict(tensors)
     if compile and lay.packing != "int4-gptq":
         d = _core.decode(xp, lay, tensors, opt)
-        out = _compiled(fmt, convention, d.block, d.shape, dtype)(d.elements, d.scale)
-        return out
+        return _compiled(fmt, convention, d.block, d.shape, dtype, device)(d.elements, d.scale)
     out = _core.dequantize(xp, lay, tensors, opt)
     return out if dtype is None else out.to(dtype)
 
 
 @lru_cache(maxsize=64)
 def _compiled(fmt: str, convention: str, block: tuple[int, int], shape: tuple[int, ...],
-              dtype: Any) -> Callable[[Any, Any], Any]:
+              dtype: Any, device: str) -> Callable[[Any, Any], Any]:
     import torch
 
-    xp = _ops()
+    xp = _ops(device)
     lay = layout(fmt, convention)
 
     def kernel(elements: Any, scale: Any) -> Any:
