@@ -125,7 +125,8 @@ _FRESH_PROCESS = textwrap.dedent(
     load_general_plugins()
     import specguard.integrations.vllm as sg
     out = {"active": sg.active() is not None,
-           "quant_config_imported_by_plugin": "vllm.models.deepseek_v4.quant_config" in sys.modules}
+           "quant_config_imported_by_plugin": "vllm.models.deepseek_v4.quant_config" in sys.modules,
+           "resolver_imported_by_plugin": "specguard.resolve" in sys.modules}
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
     out["patched_on_import"] = hasattr(DeepseekV4FP8Config.get_quant_method, "__specguard_original__")
     print("RESULT " + json.dumps(out))
@@ -145,6 +146,6 @@ def test_vllm_discovers_the_entry_point_in_a_fresh_process() -> None:
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     # Registered cheaply (nothing of the DeepSeek-V4 model package imported), patched on import.
     assert result == {"active": True, "quant_config_imported_by_plugin": False,
-                      "patched_on_import": True}
+                      "resolver_imported_by_plugin": False, "patched_on_import": True}
     assert "vllm.specguard specguard: vllm.models.deepseek_v4.quant_config.DeepseekV4FP8Config " \
            "routes by what is stored (SPECGUARD_VLLM=fix, SPECGUARD_VLLM_GUARD=raise)" in proc.stderr

@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specguard.formats.scheme import AMBIGUOUS, MIXED, UNKNOWN, Scheme
-from specguard.resolve import Resolver
+
+if TYPE_CHECKING:
+    from specguard.resolve import Resolver
 
 log = logging.getLogger("vllm.specguard")
 
@@ -52,6 +55,8 @@ _failed_lock = threading.Lock()
 
 def _resolver(source: str, draft_method: str | None) -> Resolver | None:
     """The checkpoint's Resolver (one header pass per checkpoint per process, memoized)."""
+    from specguard.resolve import Resolver
+
     try:
         return Resolver.open(source, draft_method=draft_method)
     except Exception as exc:  # unreadable checkpoint: keep vLLM's routing, say why once

@@ -19,7 +19,8 @@ from types import ModuleType
 from typing import Any
 
 Callback = Callable[[ModuleType], None]
-ORIGINAL = "__specguard_original__"
+ORIGINAL = "__specguard_original__"  # on each wrapper: the function it replaced
+SOURCE_ATTR = "_specguard_source"  # on quant configs: the checkpoint they were built from
 
 
 class _Loader(importlib.abc.Loader):

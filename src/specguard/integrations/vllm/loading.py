@@ -16,24 +16,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from specguard.integrations.vllm import report, routing
-from specguard.integrations.vllm.settings import FIX, GUARD_ENV, RAISE, Settings
+from specguard.integrations.vllm.settings import FIX, GUARD_ENV, RAISE, current
 
 log = logging.getLogger("vllm.specguard")
 
 _draft_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "specguard_draft_source", default=None
 )
-_settings = Settings()
-
-
-def configure(settings: Settings) -> None:
-    global _settings
-    _settings = settings
-
-
 def emit_decisions() -> list[str]:
     """Log (and return) the lines for every routing decision not logged yet."""
+    from specguard.integrations.vllm import report, routing
+
     out = report.lines(routing.take_decisions())
     for line in out:
         log.info(line) if "-> routed" in line else log.warning(line)
@@ -76,10 +69,11 @@ def wrap_load_model(original: Callable[..., Any]) -> Callable[..., Any]:
 def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def load_weights(self: Any, model: Any, model_config: Any, *args: Any, **kw: Any) -> Any:
-        if _draft_source.get() is None or _settings.mode != FIX:
+        settings = current()
+        if _draft_source.get() is None or settings.mode != FIX:
             return original(self, model, model_config, *args, **kw)
         emit_decisions()  # the draft is built: say what was routed before loading it
-        with DraftGuard(model, _settings.guard):
+        with DraftGuard(model, settings.guard):
             return original(self, model, model_config, *args, **kw)
 
     return load_weights

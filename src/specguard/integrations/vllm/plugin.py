@@ -14,6 +14,7 @@ What is patched (each when vLLM imports the module, see ``hooks``):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -24,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from specguard.integrations.vllm import hooks
+from specguard.integrations.vllm.hooks import SOURCE_ATTR
 from specguard.integrations.vllm.settings import (
     GUARD_ENV,
     MODE_ENV,
@@ -31,6 +33,7 @@ from specguard.integrations.vllm.settings import (
     Settings,
     SettingsError,
     read_settings,
+    set_current,
     version_supported,
 )
 
@@ -88,11 +91,8 @@ def install(settings: Settings | None = None) -> bool:
     """Patch vLLM (now or on import). Idempotent; False when it already was installed."""
     global _active
     settings = settings or Settings()
-    from specguard.integrations.vllm import loading, routing
-
     with _lock:
-        routing.configure(settings)
-        loading.configure(settings)
+        set_current(settings)
         if _active is not None:
             _active = settings
             return False
@@ -166,17 +166,24 @@ def _patch_vllm_config(module: ModuleType) -> None:
 
 def _tagging(original: Any) -> Any:
     """Wrap the static ``_get_quantization_config`` to tag its result with the checkpoint."""
-    from specguard.integrations.vllm import routing
-
     fn: Callable[..., Any] = original.__func__ if isinstance(original, staticmethod) else original
 
     @functools.wraps(fn)
     def _get_quantization_config(model_config: Any, load_config: Any) -> Any:
         quant_config = fn(model_config, load_config)
-        routing.tag_source(quant_config, model_config)
+        tag_source(quant_config, model_config)
         return quant_config
 
     return staticmethod(_get_quantization_config)
+
+
+def tag_source(quant_config: Any, model_config: Any) -> None:
+    """Remember which checkpoint ``quant_config`` describes (the target's or a drafter's)."""
+    model = getattr(model_config, "model", None)
+    if quant_config is not None and model:
+        # A config class with __slots__ stays untagged: the current model is used then.
+        with contextlib.suppress(AttributeError):
+            setattr(quant_config, SOURCE_ATTR, str(model))
 
 
 def _patch_base_loader(module: ModuleType) -> None:

@@ -9,7 +9,6 @@ difference (``log``). Every difference becomes a ``Decision`` for the log.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -18,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.integrations.vllm import disk, methods
-from specguard.integrations.vllm.settings import FIX, Settings
+from specguard.integrations.vllm.hooks import SOURCE_ATTR
+from specguard.integrations.vllm.settings import FIX, current
 
-SOURCE_ATTR = "_specguard_source"  # set on quant configs built from a known checkpoint
 REKEYED_ATTR = "_specguard_mtp_rekeyed"
 
 
@@ -44,14 +43,8 @@ class _State(threading.local):
 
 
 _state = _State()
-_settings = Settings()
 _decisions: list[Decision] = []
 _decisions_lock = threading.Lock()
-
-
-def configure(settings: Settings) -> None:
-    global _settings
-    _settings = settings
 
 
 def take_decisions() -> list[Decision]:
@@ -86,7 +79,7 @@ def wrap_get_quant_method(original: Callable[..., Any]) -> Callable[..., Any]:
         kind = methods.layer_kind(layer)
         if kind is None:
             return original(self, layer, prefix)
-        if _settings.mode == FIX:
+        if current().mode == FIX:
             rekey_mtp_entries(self, prefix)
         return route(self, layer, prefix, kind, original)
 
@@ -98,7 +91,7 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
 
     @functools.wraps(original)
     def _is_nvfp4_expert_layer(self: Any, prefix: str) -> bool:
-        if _state.vanilla or _settings.mode != FIX:
+        if _state.vanilla or current().mode != FIX:
             return original(self, prefix)
         answer = disk.stored(checkpoint_of(self), prefix, draft_method())
         if answer is not None and answer.format in ("nvfp4", "mxfp4"):
@@ -118,7 +111,7 @@ def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..
     except Exception as exc:
         # vLLM's own choice cannot even be built here (e.g. no kernel for it on this
         # device); route by the disk when it knows, else fail as vLLM would.
-        if answer is None or _settings.mode != FIX:
+        if answer is None or current().mode != FIX:
             raise
         return _replace(config, layer, prefix, kind, answer, f"error: {type(exc).__name__}", source)
     if answer is None:
@@ -126,7 +119,7 @@ def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..
     vllm_format = methods.built_format(chosen, layer)
     if vllm_format is None or methods.family(answer.format) == methods.family(vllm_format):
         return chosen
-    if _settings.mode != FIX:
+    if current().mode != FIX:
         _record(_decision(prefix, kind, answer, vllm_format, None, source, "SPECGUARD_VLLM=log"))
         return chosen
     replacement = _replace(config, layer, prefix, kind, answer, vllm_format, source)
@@ -175,15 +168,6 @@ def draft_method() -> str | None:
     if "dspark" in method:
         return "dspark"
     return "mtp" if "mtp" in method else None
-
-
-def tag_source(quant_config: Any, model_config: Any) -> None:
-    """Remember which checkpoint ``quant_config`` describes (the target's or a drafter's)."""
-    model = getattr(model_config, "model", None)
-    if quant_config is not None and model:
-        # A config class with __slots__ stays untagged: the current model is used then.
-        with contextlib.suppress(AttributeError):
-            setattr(quant_config, SOURCE_ATTR, str(model))
 
 
 def rekey_mtp_entries(config: Any, prefix: str) -> None:

@@ -31,6 +31,19 @@ class Settings:
     guard: str = RAISE
 
 
+_current = Settings()
+
+
+def current() -> Settings:
+    """The settings the installed patches run with."""
+    return _current
+
+
+def set_current(settings: Settings) -> None:
+    global _current
+    _current = settings
+
+
 class SettingsError(ValueError):
     """An environment variable holds a value the plugin does not know."""
 
