@@ -36,6 +36,7 @@ PARAM_SUFFIXES = frozenset({
     "v_scale", "pre_quant_scale",
 })
 
+
 def _expected(name: str) -> dict[str, Any]:
     return json.loads((DATA / name / "expected.json").read_text())
 
