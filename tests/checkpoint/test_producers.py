@@ -7,9 +7,9 @@ headers. Every module must classify as that recipe says: from the header
 alone, or -- where the header is ``ambiguous`` (a U8 block scale) -- once its
 scale bytes have been sniffed.
 
-Disagreements the classifier is known to have are listed in KNOWN with the
-header facts; they run as strict xfails so a fix shows up as XPASS and the
-entry has to go.
+Two disagreements this test found were classifier bugs, since fixed: ModelOpt's
+4-D FP8 block scale ``[rows, 1, cols, 1]`` and compressed-tensors int4 with a
+single group per row.
 """
 
 from __future__ import annotations
@@ -42,32 +42,6 @@ def _expected(name: str) -> dict[str, Any]:
 
 
 # (fixture, module) -> what the header says and why the classifier disagrees.
-_ONE_GROUP = (
-    "compressed-tensors W4A16 with in_features == group_size == 128: weight_packed I32 "
-    "[out, 16] + weight_scale BF16 [out, 1] + weight_shape I64 [2]; the classifier drops the "
-    "group size when the scale has one column, the recipe says group 128"
-)
-_W4A16_ONE_GROUP = [
-    "model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj",
-    "model.layers.0.mlp.down_proj",
-    *(f"model.layers.1.mlp.experts.{e}.down_proj" for e in range(4)),
-]
-_MO_BLOCK_4D = (
-    "ModelOpt FP8_2D_BLOCKWISE_WEIGHT_ONLY (hf_quant_config quant_algo fp8_pb_wo) writes the "
-    "F32 block scale 4-D, [ceil(out/128), 1, ceil(in/128), 1] (weight F8_E4M3 [128, 256] -> "
-    "weight_scale [1, 1, 2, 1]); the classifier reads only 2-D block scales and says unknown"
-)
-
-
-def _modules_of(name: str, fmt: str) -> list[str]:
-    return [m for m, e in _expected(name)["modules"].items() if e["format"] == fmt]
-
-
-KNOWN: dict[tuple[str, str], str] = {
-    **{("ct_w4a16", m): _ONE_GROUP for m in _W4A16_ONE_GROUP},
-    ("ct_mixed", "model.layers.0.mlp.down_proj"): _ONE_GROUP,
-    **{("mo_fp8_block", m): _MO_BLOCK_4D for m in _modules_of("mo_fp8_block", "fp8_block")},
-}
 
 
 def _safetensors_files(name: str) -> list[Path]:
@@ -131,16 +105,6 @@ def test_every_module_classified_as_the_recipe_says(name: str) -> None:
         if header_only.format not in (exp["format"], "ambiguous"):
             settled = header_only  # settling must not be what makes it right
         why = _mismatch(exp, settled)
-        if why and (name, module) not in KNOWN:
+        if why:
             wrong[module] = why
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in sorted(wrong.items()))
-
-
-@pytest.mark.parametrize(
-    ("name", "module"),
-    [pytest.param(n, m, marks=pytest.mark.xfail(reason=why, strict=True), id=f"{n}:{m}")
-     for (n, m), why in sorted(KNOWN.items())],
-)
-def test_known_disagreement(name: str, module: str) -> None:
-    _, settled = _settled(name)[module]
-    assert _mismatch(_expected(name)["modules"][module], settled) is None

@@ -92,6 +92,8 @@ def _fp8(w: TensorInfo, params: Params) -> Classified:
     if sc.numel == 1 or (lead > 0 and sc.shape in (w.shape[:lead], (*w.shape[:lead], 1))):
         return Classified(Scheme(s.FP8_TENSOR, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
     tail = sc.shape[lead:]
+    if len(tail) == 4 and tail[1] == 1 and tail[3] == 1:  # ModelOpt FP8_2D_BLOCKWISE: [rows, 1, cols, 1]
+        tail = (tail[0], tail[2])
     if tail in ((out,), (out, 1)):
         return Classified(Scheme(s.FP8_CHANNEL, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
     if len(tail) == 2 and tail[0] == out and sc.dtype in ("F8_E8M0", "U8"):
@@ -206,9 +208,10 @@ def _pack_quantized(wp: TensorInfo, sc: TensorInfo) -> Classified:
         inp = wp.shape[-1] * 32 // bits
         group = _ratio(inp, cols)
         if group and group & (group - 1) == 0:
+            # One scale column: a single group spanning the row (in_features == group size).
             fmt = s.INT8_CHANNEL if bits == 8 and cols == 1 else fmt
             return Classified(Scheme(
-                fmt, s.COMPRESSED_TENSORS, group_size=group if cols > 1 else None,
+                fmt, s.COMPRESSED_TENSORS, group_size=None if fmt == s.INT8_CHANNEL else group,
                 scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
             ))
     return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
