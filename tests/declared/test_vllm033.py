@@ -243,3 +243,75 @@ def test_rename_equals_vllm_rename_mapper(names):
     real = _make_deepseek_v4_weights_mapper("fp4").get_rename_mapper().apply_list(names)
     assert [deepseek_v4_rename(n) for n in names] == real
     assert WeightsMapper().apply_list(names) == names  # identity mapper sanity
+
+
+# --- compressed-tensors: differential against CompressedTensorsConfig.get_scheme_dict ------
+
+CT_ARGS = [{"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True},
+           {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128], "symmetric": True}]
+CT_TARGETS = st.sampled_from([
+    "Linear", r"re:.*ffn\.experts\.\d+\.w[123]$", r"re:.*attn\.(wq_a|wq_b|wkv|wo_a|wo_b)$",
+    r"re:.*shared_experts\.w[123]$", "re:.*experts.*", "layers.0.attn.wq_b", "model.layers.1.attn.wo_a",
+    "lm_head", r"re:.*mtp\..*", "re:.*head$", "layers.1.ffn.shared_experts.w2",
+])
+CT_IGNORE = st.sampled_from([
+    "lm_head", r"re:.*mtp\..*", "re:.*wq_a$", "re:.*wkv$", "layers.0.attn.wq_a", "model.layers.{n}.e_proj",
+    "re:.*shared_experts.*", "head", r"re:model\.layers\.{n}\..*", "layers.0.ffn.shared_experts.w1",
+])
+CT_PREFIXES = st.sampled_from([
+    ("model.layers.{n}.ffn.experts", "routed_experts"), ("model.layers.0.ffn.experts", "routed_experts"),
+    ("model.layers.0.attn.fused_wqa_wkv", "linear"), ("model.layers.{n}.attn.fused_wqa_wkv", "linear"),
+    ("model.layers.0.attn.wq_b", "linear"), ("model.layers.1.attn.wo_a", "linear"),
+    ("model.layers.{n}.e_proj", "linear"), ("model.layers.0.ffn.shared_experts.gate_up_proj", "linear"),
+    ("model.layers.1.ffn.shared_experts.down_proj", "linear"), ("lm_head", "head"), ("model.layers.{n}.head", "head"),
+])
+
+
+@st.composite
+def ct_cases(draw):
+    n = draw(st.integers(2, 8))
+    groups = {f"group_{g}": {"targets": draw(st.lists(CT_TARGETS, min_size=1, max_size=3, unique=True)),
+                             "weights": dict(draw(st.sampled_from(CT_ARGS)))}
+              for g in range(draw(st.integers(1, 3)))}
+    qc = {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": groups,
+          "ignore": [x.format(n=n) for x in draw(st.lists(CT_IGNORE, max_size=3))]}
+    config = {**BASE, "num_hidden_layers": n, "quantization_config": qc}
+    prefix, kind = draw(CT_PREFIXES)
+    return config, prefix.format(n=n), kind, draw(st.sampled_from(["target", "mtp", "dspark"]))
+
+
+def real_ct_target(config: dict, prefix: str, kind: str, model: str) -> str | None:
+    import copy
+
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig,
+    )
+
+    obj = CompressedTensorsConfig.from_config(copy.deepcopy(config["quantization_config"]))
+    configure_quant_config(obj, DSparkV4 if model == "dspark" else NvidiaV4)
+    if kind == "routed_experts":
+        obj._add_fused_moe_to_target_scheme_map()
+        layer, names = object.__new__(RoutedExperts), [f"{prefix}.0.{p}" for p in ("w1", "w3", "w2")]
+    else:
+        layer = object.__new__(ParallelLMHead if kind == "head" else ColumnParallelLinear)
+        names = [prefix]
+    try:
+        dicts = [obj.get_scheme_dict(layer, n) for n in names]
+    except ValueError:
+        return "None" if kind == "head" else "ValueError"
+    if any(x is not dicts[-1] for x in dicts):
+        return "ValueError"
+    return next((k for k, v in obj.target_scheme_map.items() if v is dicts[-1]), None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=ct_cases())
+def test_compressed_tensors_target_equals_vllm_get_scheme_dict(case):
+    config, prefix, kind, model = case
+    v = Vllm033(config, draft_method="dspark" if model == "dspark" else None)
+    try:
+        ours_target = v.ct_target(prefix, kind, model)[0]
+    except ValueError:
+        ours_target = "None" if kind == "head" else "ValueError"
+    assert ours_target == real_ct_target(config, prefix, kind, model), case

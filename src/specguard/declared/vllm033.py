@@ -228,7 +228,7 @@ class Vllm033:
         if isinstance(d, ModelOptDeclared):
             return self._modelopt(d, cls, runtime_prefix, kind)
         if isinstance(d, CompressedTensorsDeclared):
-            return self._compressed_tensors(d, cls, runtime_prefix, kind)
+            return self._compressed_tensors(d, cls, runtime_prefix, kind, model)
         if isinstance(d, Mxfp4Declared):
             if kind == r.ROUTED_EXPERTS:
                 return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
@@ -352,30 +352,109 @@ class Vllm033:
             method = "UnquantizedLinearMethod" if kind != r.ROUTED_EXPERTS else "UnquantizedFusedMoEMethod"
         return EngineChoice(claim.scheme, method, f"modelopt.py get_quant_method: {claim.source}", cls)
 
-    def _compressed_tensors(self, d: CompressedTensorsDeclared, cls: str, prefix: str, kind: str) -> EngineChoice:
-        """compressed_tensors.py ``get_scheme_dict``: ``should_ignore_layer`` then
-        ``find_matched_target`` (exact / ``re:`` in order, then the module class
-        name by *substring*: ``Linear`` is in ``ColumnParallelLinear``, not in
-        ``ParallelLMHead``). RoutedExperts are looked up as ``{prefix}.0.{proj}``."""
+    def _compressed_tensors(self, d: CompressedTensorsDeclared, cls: str, prefix: str, kind: str,
+                            model: str) -> EngineChoice:
         if kind == r.EMBEDDING_KIND:
             return self._plain(d, cls, "None", "compressed-tensors embeddings: INT WNA16 only")
-        names = [prefix]
-        if kind == r.ROUTED_EXPERTS:
-            projs = ("w1", "w3", "w2") if self.layout.family == "deepseek_v4" else ("gate_proj", "up_proj", "down_proj")
-            names = [f"{prefix}.0.{p}" for p in projs]
-        ignore = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
-        if all(any(_ct_vllm_match(n, t) for t in ignore) for n in names):
-            return self._plain(d, cls, "Unquantized", f"should_ignore_layer: ignore {ignore}")
-        targets = [x for x in d.patterns if x.effect == TARGET]
-        klass = {r.LINEAR: "ColumnParallelLinear", r.ROUTED_EXPERTS: "RoutedExperts",
-                 r.HEAD_KIND: "ParallelLMHead"}.get(kind, "")
-        hit = next((x for x in targets if _ct_vllm_match(names[0], x.text)), None) or next(
-            (x for x in targets if (not x.text.startswith("re:") and x.text.lower() in klass.lower())
-             or (kind == r.ROUTED_EXPERTS and x.text == "Linear")), None)
-        if hit is None:
-            return self._plain(d, cls, "UnquantizedLinearMethod", "find_matched_target: no target matches")
+        try:
+            target, why = self.ct_target(prefix, kind, model)
+        except ValueError as exc:
+            if kind == r.HEAD_KIND:  # get_quant_method swallows it for ParallelLMHead
+                return self._plain(d, cls, "None", f"get_scheme raised for ParallelLMHead: {exc}")
+            return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"vLLM raises: {exc}", cls)
+        if target is None:
+            method = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+            return self._plain(d, cls, method, why)
+        groups = self._ct_targets(d, model)
         method = "CompressedTensorsMoEMethod" if kind == r.ROUTED_EXPERTS else "CompressedTensorsLinearMethod"
-        return EngineChoice(d.group_schemes[hit.group or ""], method, f"find_matched_target: {hit}", cls)
+        return EngineChoice(d.group_schemes[groups[target]], method, why, cls)
+
+    def ct_target(self, prefix: str, kind: str, model: str = TARGET_MODEL) -> tuple[str | None, str]:
+        """The ``target_scheme_map`` key vLLM picks for a layer (None: unquantized), and why.
+
+        compressed_tensors.py ``get_scheme_dict``: ``should_ignore_layer`` then
+        ``find_matched_target``: exact / ``re:`` on the prefix, then all shards of
+        a fused layer (the model's ``packed_modules_mapping``), then the module's
+        class name by *substring* (``Linear`` is in ``ColumnParallelLinear``, not
+        in ``ParallelLMHead``). RoutedExperts are looked up as
+        ``{prefix}.0.{gate,up,down}`` (compressed_tensors_moe.py
+        ``get_moe_method``), and ``Linear`` also targets ``RoutedExperts``
+        (``_add_fused_moe_to_target_scheme_map``). Raises ValueError where vLLM does.
+        """
+        d, _ = self._declared(model)
+        assert isinstance(d, CompressedTensorsDeclared)
+        packed = self._packed(model)
+        ignore = [self._ct_rename(x.text, model) for x in d.patterns if x.effect == UNQUANTIZED]
+        targets = list(self._ct_targets(d, model))
+        if kind == r.ROUTED_EXPERTS:
+            if "Linear" in targets and "RoutedExperts" not in targets:
+                targets.append("RoutedExperts")
+            projs = ("w1", "w3", "w2") if self.layout.family == "deepseek_v4" else ("gate_proj", "up_proj", "down_proj")
+            names, klass = [f"{prefix}.0.{p}" for p in projs], "RoutedExperts"
+        else:
+            names = [prefix]
+            klass = "ParallelLMHead" if kind == r.HEAD_KIND else "ColumnParallelLinear"
+        found = [_ct_pick(n, klass, ignore, targets, packed) for n in names]
+        if len({f[0] for f in found}) > 1:
+            raise ValueError("All MoE projections need to have same quantization scheme but found multiple")
+        pick, how = found[-1]
+        added_alias = pick == "RoutedExperts" and "RoutedExperts" not in self._ct_targets(d, model)
+        pick = "Linear" if added_alias else pick  # the alias shares Linear's scheme
+        if pick is None:
+            return None, f"should_ignore_layer / find_matched_target: no scheme for {names[-1]} (ignore {ignore})"
+        return pick, f"find_matched_target: {pick!r} matches {how}"
+
+    def _ct_targets(self, d: CompressedTensorsDeclared, model: str) -> dict[str, str]:
+        """``target_scheme_map`` keys (renamed as vLLM renames them) -> config group.
+        Later groups overwrite a repeated target; single-``*Attention`` groups are dropped."""
+        out: dict[str, str] = {}
+        by_group: dict[str, list[str]] = {}
+        for x in d.patterns:
+            if x.effect == TARGET:
+                by_group.setdefault(x.group or "", []).append(x.text)
+        for group, texts in by_group.items():
+            if len(texts) == 1 and texts[0].endswith("Attention"):
+                continue
+            for text in texts:
+                out[self._ct_rename(text, model)] = group
+        return out
+
+    def _ct_rename(self, target: str, model: str) -> str:
+        """``CompressedTensorsConfig.apply_vllm_mapper``: dotted layer paths only, never ``re:``."""
+        if "." not in target or target.startswith("re:") or model in (DSPARK_MODEL, EAGLE_MODEL):
+            return target
+        if self.model_type in DEEPSEEK_V4_TYPES and not self.v41:
+            return deepseek_v4_rename(target)
+        return target
+
+
+def _ct_pick(name: str, klass: str, ignore: list[str], targets: list[str],
+             packed: Mapping[str, Sequence[str]]) -> tuple[str | None, str]:
+    """One ``get_scheme_dict`` call: the matched target (None: ignored / unmatched) and what it matched."""
+    # should_ignore_layer -> find_matching_patterns
+    if any(_ct_vllm_match(name, t) for t in ignore):
+        return None, name
+    proj = name.split(".")[-1]
+    if proj in packed:
+        shards = [any(_ct_vllm_match(name.replace(proj, sh), t) for t in ignore) for sh in packed[proj]]
+        if any(shards) and not all(shards):
+            raise ValueError(f"Found different quantization schemes for the shards of {name}.")
+        if all(shards):
+            return None, name
+    # find_matched_target
+    hit = next((t for t in targets if _ct_vllm_match(name, t)), None)
+    if hit is not None:
+        return hit, name
+    fused = next((k for k in packed if name.endswith(k)), None)
+    if fused is not None:
+        per_shard = [next((t for t in targets if _ct_vllm_match(name.replace(fused, sh), t)), None)
+                     for sh in packed[fused]]
+        if all(per_shard):
+            return per_shard[0], f"every shard of {name} ({', '.join(packed[fused])})"
+    # module class name, check_contains=True
+    hit = next((t for t in targets if (regex_match(t[3:], klass) if t.startswith("re:")
+                                       else t.lower() in klass.lower())), None)
+    return hit, f"class {klass}" if hit else name
 
 
 def _ct_vllm_match(name: str, target: str) -> bool:
