@@ -126,3 +126,62 @@ def test_guard_warn_policy_logs_instead_of_raising(
 def test_target_loads_are_not_guarded(s1_mtp: Any, plugin: None) -> None:
     assert loading.is_draft_load(s1_mtp, s1_mtp.speculative_config.draft_model_config)
     assert not loading.is_draft_load(s1_mtp, s1_mtp.model_config)
+
+
+# --- through vLLM's BaseModelLoader.load_model, as the draft proposer calls it ---------------
+
+
+@pytest.fixture
+def cpu_post_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the weights are in, vLLM repacks them for the device's kernels and empties the
+    accelerator cache; neither exists on this CPU, so both steps are skipped."""
+    from vllm.model_executor.model_loader import base_loader
+
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
+    monkeypatch.setattr(base_loader, "process_weights_after_loading", lambda *a, **k: None)
+
+
+def _load_model(cfg: Any, model_config: Any) -> Any:
+    """vLLM's ``load_model`` (create, load weights, post-process) with the partial MTP model."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import DefaultModelLoader
+
+    class PartialModelLoader(DefaultModelLoader):
+        def create_model(self, vllm_config: Any, model_config: Any, prefix: str = "") -> Any:
+            return H.mtp_draft_model(vllm_config, H.quant_config(vllm_config, "cuda"))
+
+    with set_current_vllm_config(cfg):
+        return PartialModelLoader(cfg.load_config).load_model(
+            vllm_config=cfg, model_config=model_config
+        )
+
+
+def test_load_model_routes_guards_and_logs_the_draft(
+    s1_mtp: Any, plugin: None, cpu_post_load: None, specguard_log: list[logging.LogRecord]
+) -> None:
+    model = _load_model(s1_mtp, s1_mtp.speculative_config.draft_model_config)
+    assert set(experts_params(model)) == {
+        "w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale",
+    }
+    assert [r.getMessage() for r in specguard_log] == [
+        "specguard: model.layers.2.ffn.experts (draft; checkpoint mtp.0.ffn.experts.*): "
+        "stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
+        "specguard: 1 draft expert layer stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
+        "specguard: draft weights: LoadGuard: 13 tensors checked, all written and finite",
+    ]
+
+
+def test_load_model_stops_on_an_unwritten_draft_parameter(
+    s1_mtp: Any, plugin: None, cpu_post_load: None
+) -> None:
+    with routing.vanilla(), pytest.raises(loading.DraftLoadError) as err:  # built as vLLM does
+        _load_model(s1_mtp, s1_mtp.speculative_config.draft_model_config)
+    assert set(err.value.report.names("never_written")) == {EXPERTS + n for n in NVFP4_PER_TENSOR}
+
+
+def test_load_model_does_not_guard_the_target(
+    s1_mtp: Any, plugin: None, cpu_post_load: None, specguard_log: list[logging.LogRecord]
+) -> None:
+    with routing.vanilla():  # a load with the target's ModelConfig: no guard, whatever it holds
+        _load_model(s1_mtp, s1_mtp.model_config)
+    assert not any("draft weights" in r.getMessage() for r in specguard_log)
