@@ -299,18 +299,28 @@ class Transformer(nn.Module):
         return self.rope_cos[start : start + length], self.rope_sin[start : start + length]
 
     def forward(
-        self, tokens: torch.Tensor, caches: list[KVCache] | None = None
+        self,
+        tokens: torch.Tensor,
+        caches: list[KVCache] | None = None,
+        capture: tuple[int, ...] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens [B, T] -> (logits [B, T, V], hidden [B, T, dim] before the final norm).
+        """tokens [B, T] -> (logits [B, T, V], hidden features for a drafter).
 
-        With ``caches`` (one per layer, batch 1) the tokens continue the cached sequence.
+        The features are the outputs of the layers in ``capture`` (before the
+        final norm), concatenated: by default the last layer's [B, T, dim],
+        which MTP consumes; DSpark captures several layers. With ``caches``
+        (one per layer, batch 1) the tokens continue the cached sequence.
         """
+        capture = capture or (self.cfg.n_layers - 1,)
         start = caches[0].length if caches else 0
         cos, sin = self._rope(start, tokens.shape[1])
         x = self.embed(tokens)
+        captured = []
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, caches[i] if caches else None)
-        return self.head(self.norm(x)), x
+            if i in capture:
+                captured.append(x)
+        return self.head(self.norm(x)), torch.cat(captured, dim=-1)
 
     def mtp_forward(
         self,
@@ -330,6 +340,10 @@ class Transformer(nn.Module):
         x = block(block.combine(self.embed(next_tokens), hidden), cos, sin, cache)
         return self.head(block.norm(x)), x
 
+    def rope(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin rows for positions start .. start+length-1 (shared with drafters)."""
+        return self._rope(start, length)
+
     def new_caches(self, n: int | None = None) -> list[KVCache]:
         """Empty caches: one per target layer (or ``n`` of them)."""
         ref = self.head.weight
@@ -343,3 +357,48 @@ class Transformer(nn.Module):
     def moe_aux_loss(self, blocks: nn.ModuleList) -> torch.Tensor:
         losses = [b.ffn.aux_loss for b in blocks if b.ffn.aux_loss is not None]
         return torch.stack(losses).mean() if losses else self.head.weight.new_zeros(())
+
+
+class DSparkDrafter(nn.Module):
+    """A DSpark-style multi-layer drafter, stored as its own checkpoint.
+
+    Input at position t: ``main_norm(main_proj(features_t)) + embed(token t+1)``,
+    where the features are the target's hidden states of ``target_layers``
+    concatenated (``dspark_target_layer_ids``); then ``n_stages`` stacked
+    decoder blocks ``mtp.0 .. mtp.{n-1}`` and the last stage's ``norm`` before
+    the target's head predict token t+2. For further drafts the drafter's own
+    output hidden state replaces the target features (skipping ``main_proj``),
+    as EAGLE-style drafters recur. The embedding and head are the target's.
+    Names match DeepSeek-V4 DSpark checkpoints: ``mtp.0.main_proj.weight``,
+    ``mtp.0.main_norm.weight``, ``mtp.{j}.ffn.experts.{e}.w1.weight``,
+    ``mtp.{n-1}.norm.weight``.
+    """
+
+    def __init__(self, cfg: ModelConfig, n_stages: int = 3, target_layers: tuple[int, ...] | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.target_layers = target_layers or (0, cfg.n_layers - 1)
+        self.mtp = nn.ModuleList(Block(cfg) for _ in range(n_stages))
+        first, last = self.mtp[0], self.mtp[-1]
+        # registered on the stage blocks so the names are mtp.0.main_proj / mtp.{n-1}.norm
+        first.main_proj = nn.Linear(cfg.dim * len(self.target_layers), cfg.dim, bias=False)
+        first.main_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        last.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.apply(Transformer._init_weights)
+
+    def forward(
+        self,
+        target: Transformer,
+        features: torch.Tensor,
+        next_tokens: torch.Tensor,
+        caches: list[KVCache] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """features [B, T, k*dim] (target) or [B, T, dim] (own hidden) + token t+1 -> (logits for t+2, hidden)."""
+        first = self.mtp[0]
+        if features.shape[-1] != self.cfg.dim:
+            features = first.main_proj(features)
+        x = first.main_norm(features) + target.embed(next_tokens)
+        cos, sin = target.rope(caches[0].length if caches else 0, next_tokens.shape[1])
+        for i, block in enumerate(self.mtp):
+            x = block(x, cos, sin, caches[i] if caches else None)
+        return target.head(self.mtp[-1].norm(x)), x

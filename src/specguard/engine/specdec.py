@@ -7,9 +7,10 @@ One step of speculative decoding, as vLLM runs it:
 2. the longest prefix of drafts equal to the target's own greedy choices is
    accepted, plus one bonus token (the target's choice after that prefix), so
    the output is token for token what plain greedy decoding gives;
-3. the MTP block consumes the target's hidden states at the accepted positions
-   and proposes the next k drafts: the first from the target's hidden state,
-   drafts 2..k recurrently from the MTP block's own hidden state (vLLM's
+3. the drafter (the MTP block, or a separate DSpark-style drafter) consumes
+   the target's hidden states at the accepted positions and proposes the next
+   k drafts: the first from the target's hidden state, drafts 2..k
+   recurrently from the drafter's own hidden state (vLLM's
    ``num_speculative_tokens > num_nextn_predict_layers`` path).
 
 Both caches are rolled back by truncating their length. Metrics follow vLLM's
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specguard.engine.model import KVCache, Transformer
+from specguard.engine.model import DSparkDrafter, KVCache, Transformer
 
 
 @dataclass
@@ -110,45 +111,89 @@ def greedy_generate(model: Transformer, prompt: list[int], max_new_tokens: int) 
     return Generation(out, time.perf_counter() - t0)
 
 
-class _Drafter:
-    """Runs the MTP block over verified positions, then k-1 recurrent steps."""
+class MTPDrafter:
+    """The target's own MTP block (DeepSeek ``num_nextn_predict_layers = 1``)."""
 
-    def __init__(self, model: Transformer, k: int) -> None:
-        self.model, self.k = model, k
-        self.cache: KVCache = model.new_caches(1)[0]
-        self.device = model.head.weight.device
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.capture = (model.cfg.n_layers - 1,)  # the last hidden state
 
-    def propose(self, hidden: torch.Tensor, next_tokens: list[int]) -> list[int]:
-        """hidden [1, T, dim] of the target at T verified positions; next_tokens: the T tokens after them."""
-        logits, h = self.model.mtp_forward(hidden, _as_batch(next_tokens, self.device), self.cache)
-        verified = self.cache.length
+    def new_caches(self) -> list[KVCache]:
+        return self.model.new_caches(1)
+
+    def step(
+        self, features: torch.Tensor, next_tokens: torch.Tensor, caches: list[KVCache]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.mtp_forward(features, next_tokens, caches[0])
+
+
+class DSparkDraft:
+    """A separate DSpark-style drafter reading several target layers."""
+
+    def __init__(self, model: Transformer, drafter: DSparkDrafter) -> None:
+        self.model, self.drafter = model, drafter
+        self.capture = drafter.target_layers
+
+    def new_caches(self) -> list[KVCache]:
+        return self.model.new_caches(len(self.drafter.mtp))
+
+    def step(
+        self, features: torch.Tensor, next_tokens: torch.Tensor, caches: list[KVCache]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.drafter(self.model, features, next_tokens, caches)
+
+
+Drafter = MTPDrafter | DSparkDraft
+
+
+class _Proposer:
+    """Runs a drafter over verified positions, then k-1 recurrent steps."""
+
+    def __init__(self, drafter: Drafter, k: int, device: torch.device) -> None:
+        self.drafter, self.k, self.device = drafter, k, device
+        self.caches = drafter.new_caches()
+
+    def propose(self, features: torch.Tensor, next_tokens: list[int]) -> list[int]:
+        """features [1, T, ...] of the target at T verified positions; next_tokens: the T tokens after them."""
+        logits, h = self.drafter.step(features, _as_batch(next_tokens, self.device), self.caches)
+        verified = self.caches[0].length
         drafts = [int(logits[0, -1].argmax())]
-        for _ in range(self.k - 1):
-            logits, h = self.model.mtp_forward(h[:, -1:], _as_batch(drafts[-1:], self.device), self.cache)
+        for _ in range(self.k - 1):  # the drafter's own hidden state stands in for the target's
+            logits, h = self.drafter.step(h[:, -1:], _as_batch(drafts[-1:], self.device), self.caches)
             drafts.append(int(logits[0, -1].argmax()))
-        self.cache.length = verified  # recurrent positions are provisional
+        for cache in self.caches:  # recurrent positions are provisional
+            cache.length = verified
         return drafts
 
 
 @torch.inference_mode()
 def speculative_generate(
-    model: Transformer, prompt: list[int], max_new_tokens: int, k: int = 3
+    model: Transformer,
+    prompt: list[int],
+    max_new_tokens: int,
+    k: int = 3,
+    drafter: Drafter | None = None,
 ) -> Generation:
-    """Greedy speculative decoding with k MTP draft tokens; output equals greedy_generate's."""
+    """Greedy speculative decoding with k draft tokens; output equals greedy_generate's.
+
+    ``drafter`` defaults to the model's own MTP block.
+    """
     if k < 1:
         raise ValueError("k must be >= 1")
     _check_length(model, prompt, max_new_tokens, k)
     device = model.head.weight.device
+    drafter = drafter or MTPDrafter(model)
     caches = model.new_caches()
-    drafter = _Drafter(model, k)
+    proposer = _Proposer(drafter, k, device)
     stats = SpecStats(k)
     t0 = time.perf_counter()
-    logits, hidden = model(_as_batch(prompt, device), caches)
+    logits, features = model(_as_batch(prompt, device), caches, drafter.capture)
     out = [int(logits[0, -1].argmax())]
-    drafts = drafter.propose(hidden, prompt[1:] + out)
+    drafts = proposer.propose(features, prompt[1:] + out)
     while len(out) < max_new_tokens:
         verified = caches[0].length
-        logits, hidden = model(_as_batch(out[-1:] + drafts, device), caches)
+        # one batched target forward verifies all k drafts
+        logits, features = model(_as_batch(out[-1:] + drafts, device), caches, drafter.capture)
         greedy = logits[0].argmax(-1).tolist()  # target's choice after each fed token
         accepted = 0
         while accepted < k and drafts[accepted] == greedy[accepted]:
@@ -158,5 +203,5 @@ def speculative_generate(
         out.extend(new)
         for cache in caches:  # keep the fed token and the accepted drafts
             cache.length = verified + accepted + 1
-        drafts = drafter.propose(hidden[:, : accepted + 1], new)
+        drafts = proposer.propose(features[:, : accepted + 1], new)
     return Generation(out[:max_new_tokens], time.perf_counter() - t0, stats)

@@ -1,12 +1,14 @@
-"""Train the reference model: target first, then its MTP block on the frozen target.
+"""Train the reference model: target, then its MTP block, then a DSpark drafter, each on the frozen target.
 
 Byte-level language modelling on the Python standard library's source
 (``specguard.engine.corpus``). Phase 1 trains the target on next-byte
 prediction; phase 2 freezes it and trains the MTP block to predict the
 next-next byte from the target's detached hidden state and the next byte's
-embedding, as DeepSeek's MTP does. The best held-out checkpoint of each phase
-is kept. Output: ``model.safetensors`` (BF16, DeepSeek-V4 native names, the
-model config in the safetensors metadata) and ``train_log.txt``.
+embedding, as DeepSeek's MTP does; the optional phase 3 trains a separate
+DSpark-style drafter the same way from two target layers. The best held-out
+checkpoint of each phase is kept. Output: ``model.safetensors`` (BF16,
+DeepSeek-V4 native names, the model config in the safetensors metadata),
+``dspark.safetensors`` and the log.
 
 Run through ``scripts/train_engine.py``.
 """
@@ -28,9 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from specguard.engine.corpus import read_split, stdlib_dir, unigram_bits_per_byte
-from specguard.engine.model import ModelConfig, Transformer
-from specguard.engine.specdec import SpecStats, greedy_generate, speculative_generate
-from specguard.engine.weights import save_weights
+from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.engine.specdec import (
+    Drafter,
+    DSparkDraft,
+    MTPDrafter,
+    SpecStats,
+    greedy_generate,
+    speculative_generate,
+)
+from specguard.engine.weights import load_weights, save_dspark, save_weights
 
 LN2 = math.log(2.0)
 
@@ -50,7 +59,9 @@ class TrainConfig:
     bias_update_rate: float = 0.001  # aux-loss-free router-bias balancing (DeepSeek-V3 gamma)
     eval_every: int = 250
     eval_windows: int = 192
-    time_limit_s: float = 0.0  # 0: none; else phase 1 stops at 80 % of it, phase 2 at 100 %
+    dspark_steps: int = 0  # > 0: also train a separate DSpark-style drafter on the frozen target
+    dspark_stages: int = 3
+    time_limit_s: float = 0.0  # 0: none; else the target phase stops at 80 % of it, the rest at 100 %
     spec_prompts: int = 16  # held-out prompts for the final speculative-decoding check
 
 
@@ -78,31 +89,35 @@ def eval_windows(data: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, windows: torch.Tensor, batch: int = 32) -> dict[str, float]:
-    """Held-out target bpb, MTP next-next bpb, and how often MTP's argmax equals the target's.
-
-    The last one is the teacher-forced counterpart of position-0 acceptance.
-    """
+def evaluate(model: Transformer, windows: torch.Tensor, dspark: DSparkDrafter | None = None,
+             batch: int = 32) -> dict[str, float]:
+    """Held-out bits/byte of the target and of each drafter's next-next prediction,
+    and how often a drafter's argmax equals the target's (the teacher-forced
+    counterpart of position-0 acceptance)."""
     model.eval()
-    sums = {"target": 0.0, "mtp": 0.0, "agree": 0.0}
-    n_t = n_m = 0
+    sums: dict[str, float] = {}
+    n_t = n_d = 0
+
+    def add(key: str, value: float) -> None:
+        sums[key] = sums.get(key, 0.0) + value
+
+    def score(name: str, logits: torch.Tensor, target_logits: torch.Tensor, y: torch.Tensor) -> None:
+        add(f"{name}_bpb", F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item())
+        add(f"{name}_agree", (logits.argmax(-1) == target_logits.argmax(-1)).sum().item())
+
     for chunk in windows.split(batch):
         x, y = chunk[:, :-1], chunk[:, 1:]
         logits, hidden = model(x)
-        sums["target"] += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-        mtp_logits, _ = model.mtp_forward(hidden[:, :-1], x[:, 1:])
-        sums["mtp"] += F.cross_entropy(
-            mtp_logits.flatten(0, 1).float(), y[:, 1:].flatten(), reduction="sum"
-        ).item()
-        sums["agree"] += (mtp_logits.argmax(-1) == logits[:, 1:].argmax(-1)).sum().item()
+        add("target_bpb", F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item())
+        score("mtp", model.mtp_forward(hidden[:, :-1], x[:, 1:])[0], logits[:, 1:], y[:, 1:])
+        if dspark is not None:
+            _, dfeats = model(x, capture=dspark.target_layers)
+            score("dspark", dspark(model, dfeats[:, :-1], x[:, 1:])[0], logits[:, 1:], y[:, 1:])
         n_t += y.numel()
-        n_m += y[:, 1:].numel()
+        n_d += y[:, 1:].numel()
     model.train()
-    return {
-        "target_bpb": sums["target"] / n_t / LN2,
-        "mtp_bpb": sums["mtp"] / n_m / LN2,
-        "mtp_agree": sums["agree"] / n_m,
-    }
+    out = {k: v / (n_t if k == "target_bpb" else n_d) for k, v in sums.items()}
+    return {k: v / LN2 if k.endswith("bpb") else v for k, v in out.items()}
 
 
 def _optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
@@ -112,55 +127,107 @@ def _optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, fused: bool) 
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
 
 
+@dataclass
+class Phase:
+    """What one training phase updates, minimises and keeps."""
+
+    name: str
+    owner: torch.nn.Module  # whose state is kept at the best held-out metric
+    params: list[torch.nn.Parameter]
+    blocks: torch.nn.ModuleList  # MoE blocks whose router bias is balanced
+    loss: Callable[[torch.Tensor], torch.Tensor]
+    metric: str
+    steps: int
+
+
 def _run_phase(
-    name: str,
+    phase: Phase,
     model: Transformer,
-    params: list[torch.nn.Parameter],
-    loss_fn: Callable[[torch.Tensor], torch.Tensor],
-    blocks: torch.nn.ModuleList,
-    steps: int,
-    metric: str,
+    score: Callable[[], dict[str, float]],
     cfg: TrainConfig,
     data: Iterator[torch.Tensor],
-    held: torch.Tensor,
+    device: torch.device,
     log: Callable[[str], None],
     deadline: float,
 ) -> dict[str, float]:
-    """Train ``params`` on ``loss_fn`` for ``steps``; keep the state with the best held-out ``metric``."""
-    device = held.device
-    opt = _optimizer(params, cfg, fused=device.type == "cuda")
+    """Train ``phase.params``; keep the owner's state with the best held-out ``phase.metric``."""
+    opt = _optimizer(phase.params, cfg, fused=device.type == "cuda")
     best, best_state = math.inf, None
+    steps = phase.steps
     t0 = time.perf_counter()
     for step in range(steps + 1):
         if step < steps and time.perf_counter() > deadline:
-            log(f"{name} stopped at step {step} of {steps}: time limit")
+            log(f"{phase.name} stopped at step {step} of {steps}: time limit")
             steps = step
         if step % cfg.eval_every == 0 or step == steps:
-            scores = evaluate(model, held)
-            log(f"{name} step {step:5d}  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
+            scores = score()
+            log(f"{phase.name} step {step:5d}  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
                 + f"  ({time.perf_counter() - t0:.0f}s)")
-            if scores[metric] < best:
-                best = scores[metric]
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if scores[phase.metric] < best:
+                best = scores[phase.metric]
+                best_state = {k: v.detach().clone() for k, v in phase.owner.state_dict().items()}
         if step == steps:
             break
         for group in opt.param_groups:
             group["lr"] = _lr(step, steps, cfg)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = loss_fn(next(data))
+            loss = phase.loss(next(data))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(phase.params, 1.0)
         opt.step()
-        model.update_router_bias(blocks, cfg.bias_update_rate)
+        model.update_router_bias(phase.blocks, cfg.bias_update_rate)
     assert best_state is not None
-    model.load_state_dict(best_state)
-    scores = evaluate(model, held)
-    log(f"{name} kept best held-out {metric}: " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    phase.owner.load_state_dict(best_state)
+    for p in phase.params:  # frozen from here on: later phases read it as an input
+        p.requires_grad_(False)
+    scores = score()
+    log(f"{phase.name} kept best held-out {phase.metric}: " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()))
     return scores
 
 
-def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig, device: str) -> dict[str, float]:
+def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+
+def _phases(model: Transformer, dspark: DSparkDrafter | None, cfg: TrainConfig) -> list[Phase]:
+    def target_loss(batch: torch.Tensor) -> torch.Tensor:
+        logits, _ = model(batch[:, :-1])
+        return _ce(logits, batch[:, 1:]) + cfg.aux_loss_coef * model.moe_aux_loss(model.layers)
+
+    def mtp_loss(batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # the target is frozen: its hidden state is an input, as in MTP
+            _, hidden = model(batch[:, :-2])
+        logits, _ = model.mtp_forward(hidden, batch[:, 1:-1])
+        return _ce(logits, batch[:, 2:]) + cfg.aux_loss_coef * model.moe_aux_loss(model.mtp)
+
+    def dspark_loss(batch: torch.Tensor) -> torch.Tensor:
+        assert dspark is not None
+        with torch.no_grad():
+            _, feats = model(batch[:, :-2], capture=dspark.target_layers)
+        logits, hidden = dspark(model, feats, batch[:, 1:-1])
+        # a second, recurrent pass (training-time test): the drafter's own hidden
+        # state at t stands in for the target features at t+1, as in decoding
+        logits2, _ = dspark(model, hidden[:, :-1], batch[:, 2:-1])
+        aux = cfg.aux_loss_coef * model.moe_aux_loss(dspark.mtp)
+        return _ce(logits, batch[:, 2:]) + _ce(logits2, batch[:, 3:]) + aux
+
+    def params(module: torch.nn.Module, mtp: bool) -> list[torch.nn.Parameter]:
+        return [p for n, p in module.named_parameters() if n.startswith("mtp.") == mtp]
+
+    phases = [
+        Phase("target", model, params(model, False), model.layers, target_loss, "target_bpb", cfg.target_steps),
+        Phase("mtp", model, params(model, True), model.mtp, mtp_loss, "mtp_bpb", cfg.mtp_steps),
+    ]
+    if dspark is not None:
+        phases.append(Phase("dspark", dspark, list(dspark.parameters()), dspark.mtp, dspark_loss,
+                            "dspark_bpb", cfg.dspark_steps))
+    return [p for p in phases if p.steps > 0]
+
+
+def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig, device: str,
+          init: Path | None = None) -> dict[str, float]:
+    """Run the phases with steps > 0; ``init``: start from saved target + MTP weights."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
 
@@ -181,7 +248,9 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
         f"{hashlib.sha256(train_bytes).hexdigest()[:16]}, held-out {len(held_bytes)} B sha256 "
         f"{hashlib.sha256(held_bytes).hexdigest()[:16]})")
     log(f"train config: {json.dumps(asdict(cfg))}")
-    log(f"model config: {mcfg.to_json()}")
+    model = load_weights(init) if init else Transformer(mcfg)
+    mcfg = model.cfg
+    log(f"model config: {mcfg.to_json()}" + (f" (initialised from {init})" if init else ""))
     unigram = unigram_bits_per_byte(train_bytes, held_bytes)
     log(f"unigram baseline (train byte frequencies, add-one) held-out bpb: {unigram:.4f}")
 
@@ -189,57 +258,58 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
         return torch.frombuffer(bytearray(b), dtype=torch.uint8).to(dev)
 
     data, held = _batches(to_dev(train_bytes), cfg, gen), eval_windows(to_dev(held_bytes), cfg)
-    model = Transformer(mcfg).to(dev)
-    log(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
-    target_params = [p for n, p in model.named_parameters() if not n.startswith("mtp.")]
-    mtp_params = [p for n, p in model.named_parameters() if n.startswith("mtp.")]
-
-    def target_loss(batch: torch.Tensor) -> torch.Tensor:
-        logits, _ = model(batch[:, :-1])
-        ce = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-        return ce + cfg.aux_loss_coef * model.moe_aux_loss(model.layers)
-
-    def mtp_loss(batch: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():  # the target is frozen: its hidden state is an input, as in MTP
-            _, hidden = model(batch[:, :-2])
-        logits, _ = model.mtp_forward(hidden, batch[:, 1:-1])
-        ce = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 2:].flatten())
-        return ce + cfg.aux_loss_coef * model.moe_aux_loss(model.mtp)
+    model = model.to(dev).train()
+    dspark = DSparkDrafter(mcfg, cfg.dspark_stages).to(dev).train() if cfg.dspark_steps else None
+    log(f"parameters: target + MTP {sum(p.numel() for p in model.parameters()):,}"
+        + (f", DSpark drafter {sum(p.numel() for p in dspark.parameters()):,}" if dspark else ""))
+    for p in model.parameters():
+        p.requires_grad_(True)
 
     t0 = time.perf_counter()
     limit = cfg.time_limit_s or math.inf
-    model.train()
-    _run_phase("target", model, target_params, target_loss, model.layers, cfg.target_steps, "target_bpb",
-               cfg, data, held, log, t0 + 0.8 * limit)
-    for p in target_params:
-        p.requires_grad_(False)
-    scores = _run_phase("mtp", model, mtp_params, mtp_loss, model.mtp, cfg.mtp_steps, "mtp_bpb",
-                        cfg, data, held, log, t0 + limit)
+    phases = _phases(model, dspark, cfg)
+    scores: dict[str, float] = {}
+    for i, phase in enumerate(phases):
+        share = 0.8 if phase.name == "target" and i + 1 < len(phases) else 1.0
+        deadline = t0 + share * limit
+        scores = _run_phase(phase, model, lambda: evaluate(model, held, dspark), cfg, data, dev, log,
+                            deadline)
     log(f"training time: {time.perf_counter() - t0:.0f}s")
     log(f"RESULT held-out bpb {scores['target_bpb']:.4f} (unigram {unigram:.4f}); "
-        f"MTP next-next bpb {scores['mtp_bpb']:.4f}; MTP/target argmax agreement {scores['mtp_agree']:.3f}")
+        f"MTP next-next bpb {scores['mtp_bpb']:.4f}; MTP/target argmax agreement {scores['mtp_agree']:.3f}"
+        + (f"; DSpark next-next bpb {scores['dspark_bpb']:.4f}, agreement {scores['dspark_agree']:.3f}"
+           if dspark else ""))
     model = model.float().eval()
-    stats = speculation_check(model, held_bytes, cfg.spec_prompts)
-    log(f"RESULT greedy speculative decoding k={stats.k} on {cfg.spec_prompts} held-out prompts "
-        f"(fp32): acceptance {stats.acceptance_rate:.3f}, per position "
-        f"{[round(r, 3) for r in stats.per_position_rate]}, mean acceptance length "
-        f"{stats.mean_acceptance_length:.2f}")
-    save_weights(model.cpu(), out_dir / "model.safetensors",
-                 {"train_config": json.dumps(asdict(cfg)), "held_out_bpb": f"{scores['target_bpb']:.4f}",
-                  "unigram_bpb": f"{unigram:.4f}"})
-    (out_dir / "train_log.txt").write_text("\n".join(lines) + "\n")
+    drafters: list[tuple[str, Drafter]] = [("MTP", MTPDrafter(model))]
+    if dspark is not None:
+        drafters.append(("DSpark", DSparkDraft(model, dspark.float().eval())))
+    for name, drafter in drafters:
+        stats = speculation_check(model, held_bytes, cfg.spec_prompts, drafter=drafter)
+        log(f"RESULT {name} greedy speculative decoding k={stats.k} on {cfg.spec_prompts} held-out prompts "
+            f"(fp32): acceptance {stats.acceptance_rate:.3f}, per position "
+            f"{[round(r, 3) for r in stats.per_position_rate]}, mean acceptance length "
+            f"{stats.mean_acceptance_length:.2f}")
+    meta = {"train_config": json.dumps(asdict(cfg)), "held_out_bpb": f"{scores['target_bpb']:.4f}",
+            "unigram_bpb": f"{unigram:.4f}"}
+    if any(p.name in ("target", "mtp") for p in phases):
+        save_weights(model.cpu(), out_dir / "model.safetensors", meta)
+    if dspark is not None:
+        save_dspark(dspark.cpu(), out_dir / "dspark.safetensors", meta)
+    log_name = "train_log.txt" if any(p.name in ("target", "mtp") for p in phases) else "dspark_log.txt"
+    (out_dir / log_name).write_text("\n".join(lines) + "\n")
     return scores | {"unigram_bpb": unigram}
 
 
 def speculation_check(
-    model: Transformer, held_bytes: bytes, n_prompts: int, prompt_len: int = 64, new_tokens: int = 128, k: int = 3
+    model: Transformer, held_bytes: bytes, n_prompts: int, prompt_len: int = 64, new_tokens: int = 128,
+    k: int = 3, drafter: Drafter | None = None,
 ) -> SpecStats:
     """Speculative decoding on prompts cut from held-out text; asserts it is lossless."""
     stats = SpecStats(k)
     step = len(held_bytes) // max(1, n_prompts)
     for i in range(n_prompts):
         prompt = list(held_bytes[i * step : i * step + prompt_len])
-        spec = speculative_generate(model, prompt, new_tokens, k)
+        spec = speculative_generate(model, prompt, new_tokens, k, drafter)
         if spec.tokens != greedy_generate(model, prompt, new_tokens).tokens:
             raise RuntimeError(f"speculative output differs from greedy on prompt {i}")
         assert spec.stats is not None
@@ -252,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", type=Path, default=None, help="stdlib directory (default: this Python's)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from these target + MTP weights (e.g. to train only the DSpark drafter)")
     for name, value in asdict(TrainConfig()).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     tcfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
-    train(args.corpus or stdlib_dir(), args.out, tcfg, ModelConfig(), args.device)
+    train(args.corpus or stdlib_dir(), args.out, tcfg, ModelConfig(), args.device, args.init)
     return 0

@@ -17,21 +17,23 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from specguard.engine.model import ModelConfig, Transformer
+from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
 
 _MAX_HEADER = 100_000_000
 
 
-def packaged_weights() -> Path:
-    """Path of the trained model shipped in ``specguard/data/engine/``."""
-    return Path(str(resources.files("specguard") / "data" / "engine" / "model.safetensors"))
+def packaged_weights(name: str = "model.safetensors") -> Path:
+    """Path of a trained file shipped in ``specguard/data/engine/``."""
+    return Path(str(resources.files("specguard") / "data" / "engine" / name))
 
 
 def to_numpy_bf16(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.bfloat16).cpu().contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
 
 
-def save_weights(model: Transformer, path: Path, metadata: Mapping[str, str] | None = None) -> None:
+def save_weights(
+    model: Transformer | DSparkDrafter, path: Path, metadata: Mapping[str, str] | None = None
+) -> None:
     """BF16 safetensors (sorted names, 8-byte aligned header) with the config in the metadata."""
     header: dict[str, object] = {"__metadata__": {"config": model.cfg.to_json(), **(metadata or {})}}
     blobs, offset = [], 0
@@ -46,6 +48,11 @@ def save_weights(model: Transformer, path: Path, metadata: Mapping[str, str] | N
     raw += b" " * (-len(raw) % 8)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+def save_dspark(drafter: DSparkDrafter, path: Path, metadata: Mapping[str, str] | None = None) -> None:
+    shape = {"n_stages": len(drafter.mtp), "target_layers": list(drafter.target_layers)}
+    save_weights(drafter, path, {"dspark": json.dumps(shape), **(metadata or {})})
 
 
 def read_bf16_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -75,6 +82,18 @@ def load_weights(
     model = Transformer(ModelConfig.from_json(meta["config"]))
     model.load_state_dict(tensors)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_dspark(
+    path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> DSparkDrafter:
+    """The DSpark-style drafter (default: the packaged one)."""
+    tensors, meta = read_bf16_safetensors(path or packaged_weights("dspark.safetensors"))
+    shape = json.loads(meta["dspark"])
+    drafter = DSparkDrafter(ModelConfig.from_json(meta["config"]), shape["n_stages"],
+                            tuple(shape["target_layers"]))
+    drafter.load_state_dict(tensors)
+    return drafter.to(device=device, dtype=dtype).eval()
 
 
 def bf16_state_dict(path: Path | None = None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
