@@ -1,0 +1,265 @@
+"""Rule pages: one per registered rule, four sections, printed by `specguard rule`,
+shipped in the package and reachable as docs/rules/; and every `specguard lint`
+command a page shows prints, today, what the page says it prints.
+
+The pages' examples run on factory scenarios and on copies of them corrupted in
+one precise way; the corruptions are rebuilt here, so a changed rule message
+(or a lost/new finding) fails until the page is updated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from specguard import codecs
+from specguard.checkpoint.dtypes import NUMPY
+from specguard.checkpoint.header import read_header
+from specguard.checkpoint.writer import save_file, save_index
+from specguard.cli import main
+from specguard.formats import scheme as s
+from specguard.lint import RULES
+from specguard.lint.registry import docs_dir, rule_doc
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = docs_dir()
+HEADINGS = ["## What it does", "## Why is this bad?", "## Example", "## Use instead"]
+PRODUCERS = REPO / "tests" / "data" / "producers"
+COMMAND = re.compile(r"^\$ specguard lint (\S+) --select (\S+)$")
+
+
+def _page(code: str) -> str:
+    return (DOCS / f"{code}.md").read_text()
+
+
+# ---------------------------------------------------------------- structure
+
+
+def test_every_rule_has_a_page_and_every_page_a_rule():
+    assert {p.stem for p in DOCS.glob("*.md")} == set(RULES)
+
+
+@pytest.mark.parametrize("code", sorted(RULES))
+def test_page_has_the_four_sections_in_order(code):
+    lines = _page(code).splitlines()
+    assert lines[0] == f"# {code}: {RULES[code].name}"
+    assert [ln for ln in lines if ln.startswith("#") and not ln.startswith("# ")] == HEADINGS
+    bodies = re.split(r"^## .*$", _page(code), flags=re.M)[1:]
+    assert all(b.strip() for b in bodies), "a section is empty"
+    assert len(lines) <= 80, "keep rule pages short"
+
+
+def test_docs_rules_is_a_relative_link_to_the_shipped_pages():
+    link = REPO / "docs" / "rules"
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+    assert link.resolve() == DOCS.resolve()
+
+
+@pytest.mark.parametrize("code", sorted(RULES))
+def test_specguard_rule_prints_the_page(code, capsys):
+    assert main(["rule", code.lower()]) == 0
+    assert capsys.readouterr().out == _page(code) + "\n"
+    assert rule_doc(code) == _page(code)
+
+
+def test_unknown_rule_exits_2_with_one_line(capsys):
+    assert main(["rule", "NOPE"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown rule 'NOPE'" in err
+
+
+# ------------------------------------------------- examples' checkpoints
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    h = read_header(path)
+    raw = path.read_bytes()
+    return {n: np.frombuffer(raw[t.offsets[0]:t.offsets[1]], NUMPY[t.dtype]).reshape(t.shape)
+            for n, t in h.tensors.items()}
+
+
+def _shards(d: Path) -> list[Path]:
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    return [d / f for f in sorted(set(idx["weight_map"].values()))]
+
+
+def _edit_tensors(d: Path, fn: Callable[[dict[str, np.ndarray]], None]) -> None:
+    """Apply ``fn`` to every shard's tensors in place and rewrite the index to match."""
+    weight_map, total = {}, 0
+    for shard in _shards(d):
+        ts = _load(shard)
+        fn(ts)
+        save_file(ts, shard, read_header(shard).metadata)
+        weight_map |= {n: shard.name for n in ts}
+        total += sum(a.nbytes for a in ts.values())
+    save_index(weight_map, d, total)
+
+
+def _edit_config(d: Path, fn: Callable[[dict], None]) -> None:
+    cfg = json.loads((d / "config.json").read_text())
+    fn(cfg)
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def _ignore_mtp(cfg: dict) -> None:
+    q = cfg["quantization_config"]
+    del q["ignored_layers"]
+    q["ignore"] = ["mtp.*"]
+
+
+def _garbage_scale(ts: dict) -> None:
+    name = "layers.1.ffn.experts.2.w2.weight_scale_2"
+    if name in ts:
+        ts[name] = np.full(ts[name].shape, 1e31, np.float32)
+
+
+def _relabel_e8m0(ts: dict) -> None:
+    for n in [n for n in ts if n.startswith("layers.0.ffn.experts.") and n.endswith(".weight_scale")]:
+        ts[n] = ts[n].view(ml_dtypes.float8_e8m0fnu)  # same bytes, F8_E8M0 label
+
+
+def _bf16_wkv(ts: dict) -> None:
+    w = "layers.0.attn.wkv.weight"
+    if w in ts:
+        x = codecs.dequantize(s.FP8_BLOCK, {"weight": ts[w], "scale": ts.pop("layers.0.attn.wkv.scale")},
+                              convention=s.DEEPSEEK, scale_name="scale")
+        ts[w] = x.astype(ml_dtypes.bfloat16)
+
+
+def _stray_mtp_shard(d: Path) -> None:
+    """Move the MTP tensors into a shard the index never names."""
+    moved, weight_map, total = {}, {}, 0
+    for shard in _shards(d):
+        ts = _load(shard)
+        moved |= {n: a for n, a in ts.items() if n.startswith("mtp.")}
+        keep = {n: a for n, a in ts.items() if not n.startswith("mtp.")}
+        if keep:
+            save_file(keep, shard, read_header(shard).metadata)
+            weight_map |= {n: shard.name for n in keep}
+            total += sum(a.nbytes for a in keep.values())
+        else:
+            shard.unlink()
+    save_file(moved, d / "model-mtp.safetensors")
+    save_index(weight_map, d, total)
+
+
+def _pack_int4(u: np.ndarray) -> np.ndarray:
+    """[R, C] nibbles -> int32 [R, C/8], first element in the low bits (GPTQ)."""
+    u = u.astype(np.uint32).reshape(u.shape[0], -1, 8)
+    return sum(u[..., i] << np.uint32(4 * i) for i in range(8)).astype(np.uint32).view(np.int32)
+
+
+def _gptq_group48(d: Path) -> None:
+    """Re-quantize every GPTQ linear with group 48 (partial last group), scales ceil(in / 48)."""
+    g = 48
+    _edit_config(d, lambda c: c["quantization_config"].update(group_size=g))
+    qc = d / "quantization_config.json"
+    qc.write_text(json.dumps(json.loads(qc.read_text()) | {"group_size": g}, indent=2))
+    path = d / "model.safetensors"
+    ts = _load(path)
+    for m in [n.removesuffix(".qweight") for n in ts if n.endswith(".qweight")]:
+        parts = {k: ts[f"{m}.{k}"] for k in ("qweight", "scales", "qzeros", "g_idx")}
+        x = codecs.dequantize(s.INT4_GROUP, parts, convention=s.GPTQ, group_size=128)
+        out, inp = x.shape
+        groups = -(-inp // g)
+        padded = np.zeros((out, groups * g), np.float32)
+        padded[:, :inp] = x
+        scale = np.maximum(np.abs(padded.reshape(out, groups, g)).max(-1) / 7.5, 1e-4).astype(np.float16)
+        q = np.clip(np.rint(x / np.repeat(scale.astype(np.float32), g, axis=1)[:, :inp]), -8, 7) + 8
+        ts[f"{m}.qweight"] = np.ascontiguousarray(_pack_int4(q).T)
+        ts[f"{m}.scales"] = np.ascontiguousarray(scale.T)
+        ts[f"{m}.qzeros"] = _pack_int4(np.full((groups, out), 7))  # v1: zero point 8 stored minus one
+        ts[f"{m}.g_idx"] = (np.arange(inp) // g).astype(np.int32)
+    save_file(ts, path, read_header(path).metadata)
+
+
+# name -> (base checkpoint, edit)
+VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "s2-fixed": ("s2", lambda d: _edit_config(
+        d, lambda c: c["quantization_config"].update(ignore=["lm_head", r"re:model\.layers\.2\."]))),
+    "s1-ignore": ("s1", lambda d: _edit_config(d, _ignore_mtp)),
+    "s1-bf16experts": ("s1", lambda d: _edit_config(
+        d, lambda c: c["quantization_config"].update(ignored_layers=["model.layers.2.ffn.experts"]))),
+    "s7-fixed": ("s7", lambda d: _edit_config(d, lambda c: c.update(num_nextn_predict_layers=0))),
+    "s1-two-mtp": ("s1", lambda d: _edit_config(d, lambda c: c.update(num_nextn_predict_layers=2))),
+    "s1-garbage-scale": ("s1", lambda d: _edit_tensors(d, _garbage_scale)),
+    "s1-relabelled": ("s1", lambda d: _edit_tensors(d, _relabel_e8m0)),
+    "s3-mixed-wqa-wkv": ("s3", lambda d: _edit_tensors(d, _bf16_wkv)),
+    "s1-stray-shard": ("s1", _stray_mtp_shard),
+    "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
+}
+
+
+@pytest.fixture(scope="module")
+def example(scenarios, tmp_path_factory):
+    """The directory a page's command runs on, named as the page names it."""
+    root = tmp_path_factory.mktemp("rule-examples")
+
+    def base(name: str) -> Path:
+        return scenarios[name].path if name in scenarios else PRODUCERS / name
+
+    def get(name: str) -> Path:
+        if name not in VARIANTS:
+            return base(name)
+        d = root / name
+        if not d.exists():
+            src, edit = VARIANTS[name]
+            shutil.copytree(base(src), d)
+            edit(d)
+        return d
+
+    return get
+
+
+def _blocks(page: str) -> list[list[str]]:
+    """Lines of each fenced code block without an info string (the shell transcripts)."""
+    blocks, current, info = [], None, None
+    for line in page.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current, info = [], line[3:].strip()
+            else:
+                if not info:
+                    blocks.append(current)
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _commands(page: str) -> list[tuple[str, str, str]]:
+    """(checkpoint name, --select value, expected output) for each `$ specguard lint` in a page."""
+    out = []
+    for lines in _blocks(page):
+        for i, line in enumerate(lines):
+            m = COMMAND.match(line)
+            if m:
+                rest = lines[i + 1:]
+                end = next((j for j, x in enumerate(rest) if x.startswith("$ ")), len(rest))
+                out.append((m[1], m[2], "\n".join(rest[:end])))
+    return out
+
+
+EXAMPLES = [(code, *c) for code in sorted(RULES) for c in _commands(_page(code))]
+
+
+def test_every_page_shows_its_rule_firing():
+    for code in RULES:
+        shown = "\n".join(expected for c, _, _, expected in EXAMPLES if c == code)
+        assert re.search(rf"^{code} (error|warning|info): ", shown, flags=re.M), f"{code}: no real finding shown"
+
+
+@pytest.mark.parametrize(("code", "name", "select", "expected"), EXAMPLES,
+                         ids=[f"{c}-{n}-{s}" for c, n, s, _ in EXAMPLES])
+def test_page_output_is_what_lint_prints(code, name, select, expected, example, capsys):
+    main(["lint", str(example(name)), "--select", select])
+    got = capsys.readouterr().out.replace(str(example(name)), name)
+    assert " ".join(got.split()) == " ".join(expected.split())
