@@ -270,3 +270,25 @@ def test_log_lines_for_the_s1_dspark_drafter(s1_dspark: Any, plugin: None) -> No
         "stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
         "specguard: 3 draft expert layers stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
     ]
+
+
+def test_plugin_builds_the_stored_format_where_vllm_cannot_build_its_own(
+    s1_mtp: Any, plugin: None
+) -> None:
+    """No NVFP4 MoE kernel on this machine (as on GPUs without one): vLLM's own choice for the
+    MXFP4 draft fails to construct; the plugin builds the method for what is stored."""
+    from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
+        Nvfp4QuantizationEmulationTritonExperts as Nvfp4Experts,
+    )
+
+    flip = Nvfp4Experts.__dict__["_supports_current_device"]  # the harness's availability flip
+    del Nvfp4Experts._supports_current_device
+    try:
+        with routing.vanilla(), pytest.raises(Exception, match=r"(?i)nvfp4|kernel|backend"):
+            experts_method(s1_mtp, "cuda", "model.layers.2.ffn")
+        assert experts_method(s1_mtp, "cuda", "model.layers.2.ffn")[0] == MXFP4
+    finally:
+        Nvfp4Experts._supports_current_device = flip
+    (d,) = routing.take_decisions()
+    assert (d.stored, d.vllm, d.routed) == ("mxfp4", "?", "mxfp4")
+    assert d.note.startswith("vLLM's own method failed: "), d.note

@@ -50,9 +50,14 @@ def layer_kind(layer: Any) -> str | None:
     return None
 
 
+FP8 = "fp8"  # per-tensor or per-channel: one family (built_format cannot tell them apart)
+
+
 def family(fmt: str) -> str:
-    """Formats one vLLM method reads interchangeably (bf16/fp16/fp32 are one family)."""
-    return UNQUANTIZED if fmt in s.UNQUANTIZED or fmt == UNQUANTIZED else fmt
+    """Formats one vLLM method reads interchangeably (bf16/fp16/fp32; FP8 tensor/channel)."""
+    if fmt in s.UNQUANTIZED or fmt == UNQUANTIZED:
+        return UNQUANTIZED
+    return FP8 if fmt in (s.FP8_TENSOR, s.FP8_CHANNEL) else fmt
 
 
 def built_format(method: Any, layer: Any) -> str | None:

@@ -76,7 +76,7 @@ def _summary(decisions: Sequence[Decision]) -> list[str]:
 def _verdict(stored: str, vllm: str, routed: str | None, note: str) -> str:
     text = f"stored {label(stored)}, vLLM would build {label(vllm)}"
     if routed is not None:
-        return f"{text} -> routed {label(routed)}"
+        return f"{text} -> routed {label(routed)}" + (f" ({note})" if note else "")
     return f"{text} -> left as vLLM built it ({note})" if note else f"{text} -> left as vLLM built it"
 
 

@@ -110,10 +110,14 @@ def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..
             chosen = original(config, layer, prefix)
     except Exception as exc:
         # vLLM's own choice cannot even be built here (e.g. no kernel for it on this
-        # device); route by the disk when it knows, else fail as vLLM would.
+        # device); route by the disk when it can, else fail as vLLM would.
         if answer is None or current().mode != FIX:
             raise
-        return _replace(config, layer, prefix, kind, answer, f"error: {type(exc).__name__}", source)
+        note = f"vLLM's own method failed: {type(exc).__name__}: {exc}"
+        replacement = _replace(config, layer, prefix, kind, answer, "?", source, note)
+        if replacement is None:
+            raise
+        return replacement
     if answer is None:
         return chosen
     vllm_format = methods.built_format(chosen, layer)
@@ -128,7 +132,7 @@ def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..
 
 def _replace(
     config: Any, layer: Any, prefix: str, kind: str, answer: disk.Stored, vllm_format: str,
-    source: str,
+    source: str, note: str = "",
 ) -> Any | None:
     method = methods.build_method(answer.scheme, kind, config, layer, prefix)
     if method is None:
@@ -136,7 +140,8 @@ def _replace(
         return None
     if getattr(layer, "scheme", None) is not None and type(method).__name__.startswith("Unquantized"):
         del layer.scheme  # compressed-tensors tags the layer with the scheme it chose
-    _record(_decision(prefix, kind, answer, vllm_format, methods.built_format(method, layer), source))
+    routed = methods.built_format(method, layer)
+    _record(_decision(prefix, kind, answer, vllm_format, routed, source, note))
     return method
 
 
