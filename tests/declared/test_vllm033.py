@@ -20,7 +20,7 @@ import vllm.model_executor.layers.quantization.fp8 as fp8_mod
 import vllm.model_executor.layers.quantization.modelopt as modelopt_mod
 import vllm.models.deepseek_v4.quant_config as q4
 import vllm.models.deepseek_v41.quant_config as q41
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from vllm.config import set_current_vllm_config
 from vllm.model_executor.layers.fused_moe import RoutedExperts
@@ -315,3 +315,83 @@ def test_compressed_tensors_target_equals_vllm_get_scheme_dict(case):
     except ValueError:
         ours_target = "None" if kind == "head" else "ValueError"
     assert ours_target == real_ct_target(config, prefix, kind, model), case
+
+
+# --- ModelOpt: differential against ModelOptNvFp4Config.get_quant_method ---------------------
+
+MO_EXCLUDES = st.sampled_from([
+    "lm_head", "model.embed_tokens", "model.layers.0.self_attn*", "model.layers.{n}.eh_proj",
+    "model.layers.{n}.shared_head.head", "model.layers.{n}.head", "mtp*", "mtp.*", "layers.{n}.*", "*experts*",
+    "model.layers.1.mlp.gate_proj", "model.layers.1.mlp.gate_proj*", "model.layers.{n}*", "*self_attn.q_a_proj",
+])
+MO_PREFIXES = st.sampled_from([
+    ("model.layers.0.self_attn.fused_qkv_a_proj", "linear"), ("model.layers.1.self_attn.o_proj", "linear"),
+    ("model.layers.1.mlp.gate_up_proj", "linear"), ("model.layers.{n}.mlp.experts", "routed_experts"),
+    ("model.layers.1.mlp.experts", "routed_experts"), ("model.layers.{n}.head", "head"), ("lm_head", "head"),
+    ("model.layers.{n}.self_attn.fused_qkv_a_proj", "linear"), ("model.embed_tokens", "embedding"),
+    ("layers.{n}.ffn.experts", "routed_experts"), ("model.layers.{n}.e_proj", "linear"),
+])
+
+
+@st.composite
+def modelopt_cases(draw):
+    n = draw(st.integers(2, 6))
+    family = draw(st.sampled_from(["deepseek_v3", "deepseek_v4"]))
+    qc = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+          "ignore": [x.format(n=n) for x in draw(st.lists(MO_EXCLUDES, max_size=4))]}
+    config = {"model_type": family, "num_hidden_layers": n, "num_nextn_predict_layers": 1, "q_lora_rank": 64,
+              "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "quantization_config": qc}
+    prefix, kind = draw(MO_PREFIXES)
+    return config, prefix.format(n=n), kind
+
+
+def real_modelopt_method(config: dict, prefix: str, kind: str, mp: pytest.MonkeyPatch) -> str:
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from vllm.model_executor.models.deepseek_v2 import DeepseekV3ForCausalLM
+
+    rec = {name: type(name, (), {"__init__": lambda self, *a, **k: None})
+           for name in ("ModelOptLinearMethod", "ModelOptNvFp4FusedMoE", "UnquantizedLinearMethod")}
+    mp.setattr(modelopt_mod, "build_linear_method", lambda *a, **k: rec["ModelOptLinearMethod"]())
+    mp.setattr(modelopt_mod.ModelOptNvFp4Config, "FusedMoEMethodCls", rec["ModelOptNvFp4FusedMoE"])
+    mp.setattr(modelopt_mod, "UnquantizedLinearMethod", rec["UnquantizedLinearMethod"])
+    obj = modelopt_mod.ModelOptNvFp4Config.from_config(dict(config["quantization_config"]))
+    if config["model_type"] == "deepseek_v3":
+        configure_quant_config(obj, DeepseekV3ForCausalLM)
+        # DeepseekV2ForCausalLM.__init__ adds fused_qkv_a_proj to the shared dict (q_lora_rank set)
+        obj.packed_modules_mapping = {**obj.packed_modules_mapping,
+                                      "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"]}
+    else:
+        configure_quant_config(obj, NvidiaV4)
+    cls = {"linear": LinearBase, "routed_experts": RoutedExperts, "head": ParallelLMHead,
+           "embedding": VocabParallelEmbedding}[kind]
+    layer = object.__new__(cls)
+    layer.__dict__["moe_config"] = None
+    try:
+        method = obj.get_quant_method(layer, prefix)
+    except ValueError:
+        return "ValueError"
+    return "None" if method is None else type(method).__name__
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=modelopt_cases())
+def test_modelopt_builds_equals_vllm_get_quant_method(case):
+    config, prefix, kind = case
+    choice = Vllm033(config).builds(prefix, kind=kind, model="target")
+    # Layers the model constructs with quant_config=None never reach get_quant_method.
+    assume(not choice.reason.startswith("the model builds this layer with quant_config=None"))
+    with pytest.MonkeyPatch.context() as mp:
+        real = real_modelopt_method(config, prefix, kind, mp)
+    assert choice.method == real, case
+
+
+def test_v3_modelopt_mtp_head_is_quantized_though_its_hf_name_is_excluded():
+    """FORMATS: ModelOpt quantizes ParallelLMHead unless excluded; the MTP head's quant
+    prefix is ``model.layers.{N}.head``, the exclude list names ``...shared_head.head``."""
+    cfg = {"model_type": "deepseek_v3", "num_hidden_layers": 2, "num_nextn_predict_layers": 1, "q_lora_rank": 64,
+           "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                   "ignore": ["lm_head", "model.layers.2.shared_head.head", "model.layers.2.eh_proj"]}}
+    v = Vllm033(cfg)
+    assert v.builds("model.layers.2.head", kind="head").scheme.format == s.NVFP4
+    assert not v.builds("lm_head", kind="head").quantized
+    assert not v.builds("model.layers.2.eh_proj", kind="linear").quantized  # nn.Linear: no quant method at all

@@ -226,7 +226,7 @@ class Vllm033:
         if isinstance(d, Fp8Declared):
             return self._fp8(d, cls, runtime_prefix, kind, model)
         if isinstance(d, ModelOptDeclared):
-            return self._modelopt(d, cls, runtime_prefix, kind)
+            return self._modelopt(d, cls, runtime_prefix, kind, model)
         if isinstance(d, CompressedTensorsDeclared):
             return self._compressed_tensors(d, cls, runtime_prefix, kind, model)
         if isinstance(d, Mxfp4Declared):
@@ -336,21 +336,49 @@ class Vllm033:
             return True, f"_is_nvfp4_expert_layer: {name!r} matches no ignore entry {ignore}"
         return False, f"_is_nvfp4_expert_layer: {name!r} matches ignore entry {hit!r}"
 
-    def _modelopt(self, d: ModelOptDeclared, cls: str, prefix: str, kind: str) -> EngineChoice:
+    def modelopt_excludes(self, model: str = TARGET_MODEL) -> tuple[str, ...]:
+        """``exclude_modules`` as vLLM matches them: ``apply_vllm_mapper`` (the
+        ``x*`` -> ``x``, ``x.*`` rewrite, then the model's renames) runs only when
+        the model class has a class-level ``hf_to_vllm_mapper`` -- DeepSeek-V4's
+        does, DeepSeek-V2/V3's and the V4.1 VL wrapper's do not."""
+        d, _ = self._declared(model)
+        raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES or self.v41:
+            return tuple(raw)
+        return tuple(deepseek_v4_rename(x) for x in modelopt_rewrite(raw))
+
+    def _modelopt(self, d: ModelOptDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """modelopt.py ``ModelOptQuantConfigBase.get_quant_method`` (and the MIXED_PRECISION one)."""
         if kind == r.EMBEDDING_KIND:
             return self._plain(d, cls, "None", "modelopt.py get_quant_method: no method for embeddings")
-        excludes = modelopt_rewrite(x.text for x in d.patterns if x.effect == UNQUANTIZED)
-        if modelopt_is_excluded(prefix, excludes):
-            return self._plain(d, cls, "UnquantizedLinearMethod",
-                               f"modelopt.py is_layer_excluded: {excludes}")
-        claim = d.scheme_for(prefix, kind=kind)
-        method = "ModelOptLinearMethod" if kind in (r.LINEAR, r.HEAD_KIND) else {
-            s.NVFP4: "ModelOptNvFp4FusedMoE", s.FP8_TENSOR: "ModelOptFp8MoEMethod",
-            s.FP8_BLOCK: "Fp8MoEMethod", s.MXFP8: "ModelOptMxFp8FusedMoE",
-        }.get(claim.scheme.format, "UnquantizedFusedMoEMethod")
-        if not claim.quantized:
-            method = "UnquantizedLinearMethod" if kind != r.ROUTED_EXPERTS else "UnquantizedFusedMoEMethod"
-        return EngineChoice(claim.scheme, method, f"modelopt.py get_quant_method: {claim.source}", cls)
+        excludes = self.modelopt_excludes(model)
+        try:
+            excluded = modelopt_is_excluded(prefix, excludes, self._packed(model))
+        except FusedShardMismatch as exc:
+            return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"is_layer_skipped raises: {exc}",
+                                cls)
+        if excluded:
+            method = "UnquantizedLinearMethod" if kind in (r.LINEAR, r.HEAD_KIND) else "None"
+            return self._plain(d, cls, method, f"modelopt.py is_layer_excluded: {list(excludes)}")
+        if d.quant_algo == "MIXED_PRECISION":
+            key = d._quantized_layer(prefix, kind)
+            if key is None:
+                method = "UnquantizedLinearMethod" if kind in (r.LINEAR, r.HEAD_KIND) else "None"
+                return self._plain(d, cls, method, "MIXED_PRECISION: not in quantized_layers")
+            algo = str(d.quantized_layers[key].get("quant_algo", "")).upper()
+            scheme = modelopt_algo_scheme(algo, d.quantized_layers[key].get("group_size") or d.group_size)
+            why = f"quantized_layers[{key!r}].quant_algo={algo}"
+        else:
+            algo, scheme = d.quant_algo, modelopt_algo_scheme(d.quant_algo, d.group_size)
+            why = f"quant_algo={algo}" + (" (ParallelLMHead is quantized unless excluded)" if kind == r.HEAD_KIND
+                                          else "")
+        if kind == r.ROUTED_EXPERTS:
+            method = {s.NVFP4: "ModelOptNvFp4FusedMoE", s.MXFP8: "ModelOptMxFp8FusedMoE",
+                      s.FP8_BLOCK: "Fp8MoEMethod" if d.quant_algo == "MIXED_PRECISION" else "ModelOptFp8MoEMethod",
+                      }.get(scheme.format, "ModelOptFp8MoEMethod")
+        else:
+            method = "ModelOptLinearMethod"
+        return EngineChoice(scheme, method, f"modelopt.py get_quant_method: {why}", cls)
 
     def _compressed_tensors(self, d: CompressedTensorsDeclared, cls: str, prefix: str, kind: str,
                             model: str) -> EngineChoice:
