@@ -25,7 +25,8 @@ def index_integrity(ctx: LintContext) -> Iterator[Finding]:
                           (), "write the tensors' byte total into metadata.total_size")
         if c.unindexed:
             yield Finding("SG601", WARNING, f"{len(c.unindexed)} tensor(s) stored in shards but absent from the "
-                          f"index, so loaders skip them: {describe(c.unindexed)}", c.unindexed,
+                          f"index (transformers skips them; vLLM, which reads whole shards, loads them): "
+                          f"{describe(c.unindexed)}", c.unindexed,
                           "add them to weight_map, or drop them from the shards")
         if c.unreferenced:
             yield Finding("SG601", WARNING, f"shard file(s) the index never names: {', '.join(c.unreferenced)}",

@@ -114,7 +114,7 @@ def _engine_params(rt: Route, missing: tuple[str, ...]) -> list[str]:
 def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Route):
         if _misrouted(rt) and not rt.stored.quantized and rt.vllm.scheme.quantized:
-            return (role_label(rt.role), rt.stored.format, rt.vllm.scheme.format, rt.declared.source)
+            return (role_label(rt.role), rt.stored.format, rt.vllm.scheme.format, rt.vllm.reason)
         return None
 
     for (role, stored, built, source), routes in _groups(ctx, pick):

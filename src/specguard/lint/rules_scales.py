@@ -19,6 +19,10 @@ from specguard.resolve import Route
 FINFO_MIN = float(np.finfo(np.float32).min)  # vLLM pre-fills FP8 scales with it
 TINY, HUGE = 1e-30, 1e30  # per-tensor scales outside this are allocator garbage, not calibration
 SIBLING_SPREAD = 1e6  # x from the median of the same scale across a layer's experts
+# Float scales of the FP8/FP4 families are magnitudes; GPTQ/AWQ/auto-round `scales`
+# may legitimately be negative (signed symmetric int4), so they are not checked.
+NON_NEGATIVE = frozenset({"weight_scale", "weight_scale_inv", "scale", "weight_scale_2", "input_scale",
+                          "weight_global_scale", "input_global_scale"})
 
 
 @rule("SG401", "implausible-scale-values", ERROR,
@@ -50,7 +54,7 @@ def _problems(sm) -> list[str]:
     if t.dtype in ("F32", "BF16", "F16"):
         if (v == FINFO_MIN).any():
             out.append("hold vLLM's finfo(float32).min fill value")
-        elif (v < 0).any():
+        elif sm.param in NON_NEGATIVE and (v < 0).any():
             out.append("hold negative values")
     if is_per_tensor(t) and t.dtype != "U8":
         fin = v[np.isfinite(v)]
