@@ -151,6 +151,8 @@ def _run_phase(
     deadline: float,
 ) -> dict[str, float]:
     """Train ``phase.params``; keep the owner's state with the best held-out ``phase.metric``."""
+    for p in phase.params:  # only this phase's parameters learn; the rest is an input
+        p.requires_grad_(True)
     opt = _optimizer(phase.params, cfg, fused=device.type == "cuda")
     best, best_state = math.inf, None
     steps = phase.steps
@@ -262,8 +264,8 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     dspark = DSparkDrafter(mcfg, cfg.dspark_stages).to(dev).train() if cfg.dspark_steps else None
     log(f"parameters: target + MTP {sum(p.numel() for p in model.parameters()):,}"
         + (f", DSpark drafter {sum(p.numel() for p in dspark.parameters()):,}" if dspark else ""))
-    for p in model.parameters():
-        p.requires_grad_(True)
+    for p in [*model.parameters(), *(dspark.parameters() if dspark else ())]:
+        p.requires_grad_(False)
 
     t0 = time.perf_counter()
     limit = cfg.time_limit_s or math.inf
