@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -53,3 +55,17 @@ def test_torch_bfloat16_output_is_the_float32_result_rounded_once(device: str) -
     out = T.dequantize("nvfp4", tq, convention="modelopt", dtype=torch.bfloat16)
     assert out.dtype == torch.bfloat16
     assert _bytes(out) == ref.tobytes()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_dequantize_matches_eager() -> None:
+    """compile=True (torch.compile of the decode-and-scale pass) changes no bit.
+
+    benchmarks/codecs.py checks every format on a GPU; here one FP4 and one FP8
+    layout on the CPU."""
+    for fmt, conv in (("nvfp4", "compressed-tensors"), ("fp8_block", "deepseek")):
+        q = T.quantize(fmt, torch.from_numpy(weights((64, 256))), convention=conv)
+        a = T.dequantize(fmt, q, convention=conv, dtype=torch.bfloat16, compile=True)
+        b = T.dequantize(fmt, q, convention=conv, dtype=torch.bfloat16)
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), fmt

@@ -46,6 +46,7 @@ def test_fp4_nibble_order_low_first() -> None:
 
 
 def test_fp4_nibble_order_matches_compressed_tensors() -> None:
+    pytest.importorskip("compressed_tensors")
     from compressed_tensors.compressors.nvfp4.helpers import pack_fp4_to_uint8
 
     rng = np.random.default_rng(3)

@@ -106,14 +106,17 @@ def dequantize(
     block: tuple[int, int] | None = None,
     scale_name: str | None = None,
     gptq_v2: bool = False,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Decode ``{suffix: array}`` (as ``quantize`` returns or a file holds) to float32.
 
     The scale's meaning follows its dtype: F8_E8M0 (or U8 where the layout
     holds E8M0) is a power of two, F8_E4M3 an E4M3 value, floats as is.
-    ValueError names a missing tensor or a shape that does not fit.
+    ``out``: optional float32 C-contiguous array of the weight's shape to fill
+    (bulk loaders reuse one buffer). ValueError names a missing tensor or a
+    shape that does not fit.
     """
     opt = _core.Options(block=block, group_size=group_size, scale_name=scale_name,
                         gptq_v2=gptq_v2)
     arrays = {k: np.asarray(v) for k, v in tensors.items()}
-    return _core.dequantize(NUMPY_OPS, layout(fmt, convention), arrays, opt)
+    return _core.dequantize(NUMPY_OPS, layout(fmt, convention), arrays, opt, out)

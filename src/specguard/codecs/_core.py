@@ -401,9 +401,11 @@ def pack_int4(xp, u: Array) -> Array:
 
 
 def unpack_int4(xp, words: Array, cols: int) -> Array:
-    """int32 [..., R, W] -> int64 nibbles [..., R, cols] (0..15), low bits first."""
-    w = xp.cast(words, "I64") & 0xFFFFFFFF
-    shifts = xp.arange(8, "I64", like=w) * 4
+    """int32 [..., R, W] -> int32 nibbles [..., R, cols] (0..15), low bits first.
+
+    The arithmetic shift of a negative word is masked to 4 bits, so int32 does."""
+    w = xp.cast(words, "I32")
+    shifts = xp.arange(8, "I32", like=w) * 4
     nibbles = (w[..., None] >> shifts) & 0xF
     return nibbles.reshape(*w.shape[:-1], w.shape[-1] * 8)[..., :cols]
 
@@ -412,12 +414,24 @@ def unpack_int4(xp, words: Array, cols: int) -> Array:
 
 @dataclass
 class Decoded:
-    """A dequantization split in two: small scale math first, then the big multiply."""
+    """A dequantization split in two: small scale work first, then the big decode-and-scale.
+
+    One-byte scales (E8M0, E4M3) stay bytes: ``table`` maps each byte to its
+    effective float32 scale (the global scale already applied, 256 operations),
+    so the large pass gathers from a 256-entry table. Float scales are cast.
+    """
 
     elements: Array  # stored weight tensor (bytes/ints), unexpanded
-    scale: Array  # effective float32 scale, canonical [..., nr, nc]
+    scale_src: Array  # canonical [..., nr, nc]: scale bytes (with ``table``) or float scales
+    table: Array | None
     block: tuple[int, int]
     shape: tuple[int, ...]  # logical [..., R, C]
+
+    def scale(self, xp) -> Array:
+        """Effective float32 scale, canonical [..., nr, nc]."""
+        if self.table is None:
+            return xp.f32(self.scale_src)
+        return xp.take(self.table, xp.view(self.scale_src, "U8"))
 
 
 def _pick(tensors: dict[str, Array], names: tuple[str, ...], what: str, lay) -> Array:
@@ -444,36 +458,39 @@ def logical_shape(xp, lay: L.Layout, tensors: dict[str, Array]) -> tuple[int, ..
 
 
 def decode_scale(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
-                 shape: tuple[int, ...]) -> tuple[Array, tuple[int, int]]:
-    """Effective float32 scale in canonical form and the block it covers."""
+                 shape: tuple[int, ...]) -> tuple[Array, Array | None, tuple[int, int]]:
+    """The scale in canonical form (bytes + per-byte table, or floats) and its block."""
     names = (opt.scale_name,) if opt.scale_name else lay.scale
     raw = _pick(tensors, names, "scale", lay)
     dtype = xp.dtype(raw)
+    table = None
     if dtype == "F8_E8M0" or (dtype == "U8" and (lay.e8m0_scale or lay.format == FP8_BLOCK)):
-        s = decode_e8m0(xp, raw)
+        table = xp.table(E8M0_TABLE, raw)
     elif dtype == "F8_E4M3":
-        s = decode_e4m3(xp, raw)
-    elif dtype in FLOAT_SCALE_DTYPES:
-        s = xp.f32(raw)
-    else:
+        table = xp.table(E4M3_TABLE, raw)
+    elif dtype not in FLOAT_SCALE_DTYPES:
         raise ValueError(f"{lay.format}/{lay.convention}: scale dtype {dtype} is not a scale")
     rows, cols = shape[-2:]
-    s = load_scale(s, lay.scale_shape, rows)
+    src = load_scale(xp.view(raw, "U8") if table is not None else raw, lay.scale_shape, rows)
     br, bc = resolve_block(lay, opt, rows, cols)
     want = (*shape[:-2], ceil_div(rows, br), ceil_div(cols, bc))
-    if tuple(s.shape) != want:
-        raise ValueError(f"{lay.format}/{lay.convention}: scale shape {tuple(s.shape)} does not "
+    if tuple(src.shape) != want:
+        raise ValueError(f"{lay.format}/{lay.convention}: scale shape {tuple(src.shape)} does not "
                          f"match weight {shape} in {br}x{bc} blocks (expected {want})")
     if lay.global_scale:
-        g = xp.f32(_pick(tensors, (lay.global_scale,), "global scale", lay)).reshape((1, 1))
-        s = s / g if lay.global_reciprocal else s * g
-    return s, (br, bc)
+        g = xp.f32(_pick(tensors, (lay.global_scale,), "global scale", lay)).reshape((1,))
+        if table is None:
+            src = xp.f32(src)
+            src = src / g if lay.global_reciprocal else src * g
+        else:  # same f32 operation per scale byte as per scale element
+            table = table / g if lay.global_reciprocal else table * g
+    return src, table, (br, bc)
 
 
 def decode(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Decoded:
     shape = logical_shape(xp, lay, tensors)
-    scale, block = decode_scale(xp, lay, tensors, opt, shape)
-    return Decoded(tensors[lay.weight], scale, block, shape)
+    src, table, block = decode_scale(xp, lay, tensors, opt, shape)
+    return Decoded(tensors[lay.weight], src, table, block, shape)
 
 
 def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...],
@@ -503,50 +520,92 @@ def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...],
 def expand_multiply(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
     """The bandwidth-bound part: decode every element and apply its block scale."""
     values = element_values(xp, lay, d.elements, d.shape, out)
-    return multiply_blocks(xp, values, d.scale, *d.block)
+    return multiply_blocks(xp, values, d.scale(xp), *d.block)
 
 
 CHUNK_BYTES = 512 * 1024  # float32 output per step: stays in L2 between decode and scale
 
 
-def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded) -> Array:
+def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
     """numpy: ``expand_multiply`` over row chunks, each decoded and scaled while in cache.
 
-    Element-wise identical to the one-shot version (same operations per element).
+    Per chunk, one gather writes the output rows and one multiply scales them in
+    place: the same operations per element as ``expand_multiply``, so the same
+    bits. ``out``: a float32 C-contiguous array of the logical shape to write
+    into (reusing one spares the page faults of a fresh allocation).
     """
     *lead, rows, cols = d.shape
     br, bc = d.block
-    nr = d.scale.shape[-2]
+    scale = d.scale(xp)
+    nr, nc = scale.shape[-2:]
     n_lead = int(np.prod(lead)) if lead else 1
-    out = np.empty(d.shape, np.float32)
+    if out is None:
+        out = np.empty(d.shape, np.float32)
+    elif out.shape != tuple(d.shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {d.shape}")
     o = out.reshape(n_lead, rows, cols)
     e = d.elements.reshape(n_lead, rows, -1)
-    sc = d.scale.reshape(n_lead, nr, -1)
+    sc = scale.reshape(n_lead, nr, nc)
     step = max(1, CHUNK_BYTES // (4 * cols))
     if nr > 1:  # chunks hold whole block rows
         step = max(br, step // br * br)
+    decode_into = _numpy_decoder(lay, e.dtype, e.shape[-1], cols)
     for i in range(n_lead):
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
-            if nr == 1:  # one scale row (per-tensor / per-column): the chunk is one block row
-                chunk = Decoded(e[i, r0:r1], sc[i], (r1 - r0, bc), (r1 - r0, cols))
-            else:
-                chunk = Decoded(e[i, r0:r1], sc[i, r0 // br: ceil_div(r1, br)], (br, bc),
-                                (r1 - r0, cols))
-            res = expand_multiply(xp, lay, chunk, out=o[i, r0:r1])
-            if res is not o[i, r0:r1] and not np.shares_memory(res, o):
-                o[i, r0:r1] = res
+            oc = o[i, r0:r1]
+            s = sc[i] if nr == 1 else sc[i, r0 // br: ceil_div(r1, br)]
+            if decode_into is None:  # general path (partial int4 words)
+                chunk = Decoded(e[i, r0:r1], s, None, (min(br, r1 - r0), bc), (r1 - r0, cols))
+                oc[...] = expand_multiply(xp, lay, chunk)
+                continue
+            decode_into(e[i, r0:r1], oc)
+            _scale_rows(xp, oc, s, min(br, r1 - r0), bc)
     return out
 
 
-def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
+def _numpy_decoder(lay: L.Layout, dtype: np.dtype, stored_cols: int, cols: int):
+    """One gather that writes a chunk's float32 values straight into the output rows."""
+    if lay.packing in (L.FP4, L.FP4_GPT_OSS):
+        table = FP4_PAIR64
+    elif lay.packing == L.INT4_ROWS and stored_cols * 8 == cols:
+        table = INT4_PAIR64
+    elif lay.packing == L.NONE and dtype.itemsize == 1:
+        return lambda src, dst: np.take(E4M3_TABLE, src.view(np.uint8), out=dst, mode="wrap")
+    else:
+        return None
+    return lambda src, dst: np.take(table, src.view(np.uint8), out=dst.view(np.int64),
+                                    mode="wrap")
+
+
+def _scale_rows(xp, o: Array, s: Array, br: int, bc: int) -> None:
+    """o *= expand(s) in place, in the cheapest broadcast form that fits."""
+    rows, cols = o.shape
+    if s.size == 1:
+        np.multiply(o, s.reshape(()), out=o)
+    elif br == 1 and cols % bc == 0:
+        v = o.reshape(rows, cols // bc, bc)
+        np.multiply(v, s[..., None], out=v)
+    elif rows % br == 0 and cols % bc == 0:
+        v = o.reshape(rows // br, br, cols // bc, bc)
+        np.multiply(v, s[:, None, :, None], out=v)
+    else:
+        np.multiply(o, expand_blocks(xp, s, br, bc, rows, cols), out=o)
+
+
+def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+               out: Array | None = None) -> Array:
     if lay.packing == L.INT4_GPTQ:
-        return _dequantize_gptq(xp, lay, tensors, opt)
+        result = _dequantize_gptq(xp, lay, tensors, opt)
+        if out is not None:
+            out[...] = result
+            return out
+        return result
     if lay.format == INT4_GROUP and "weight_zero_point" in tensors:
         raise ValueError("asymmetric int4 (weight_zero_point) is not supported")
     d = decode(xp, lay, tensors, opt)
     if xp.name == "numpy":
-        return expand_multiply_chunked(xp, lay, d)
+        return expand_multiply_chunked(xp, lay, d, out)
     return expand_multiply(xp, lay, d)
 
 
