@@ -142,6 +142,10 @@ def test_layers_built_without_quant_config():
                          ("model.layers.3.attn.compressor.fused_wkv_wgate", "linear")]:
         assert not v.builds(prefix, kind=kind).quantized
     assert v.builds("model.layers.43.head", kind="head").method == "None"  # Fp8Config: no method for heads
+    v3 = Vllm033({"model_type": "deepseek_v3", "num_hidden_layers": 2, "num_nextn_predict_layers": 1,
+                  "quantization_config": {**QC, "scale_fmt": None}})
+    assert not v3.builds("model.layers.1.mlp.gate", kind="linear").quantized  # GateLinear(quant_config=None)
+    assert v3.builds("model.layers.1.mlp.gate_up_proj", kind="linear").quantized
 
 
 def test_s2_compressed_tensors_re_entry_never_reaches_the_draft_tower():

@@ -34,8 +34,9 @@ vllm 0.33.0 site-packages:
   config (``get_draft_quant_config``) whose lists keep raw checkpoint names.
 - compressed-tensors: ``CompressedTensorsConfig.apply_vllm_mapper`` maps
   dotted layer paths only; ``re:`` entries are never remapped.
-- modules built with ``quant_config=None`` (never quantized): DeepSeek-V4
-  ``ffn.gate`` (GateLinear), ``compressor.fused_wkv_wgate``,
+- modules built with ``quant_config=None`` (never quantized): MoE routers
+  (``GateLinear`` in deepseek_v2.py and DeepSeek-V4; most MoE models build
+  their gate the same way), DeepSeek-V4 ``compressor.fused_wkv_wgate``,
   ``indexer.weights_proj``, the target's and DSpark's ``lm_head``; V3 MTP
   ``eh_proj`` (a plain ``nn.Linear``).
 """
@@ -258,6 +259,9 @@ class Vllm033:
         family = self.layout.family
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
+        parent, _, leaf = prefix.rpartition(".")
+        if leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe"):
+            return True  # MoE routers: GateLinear(quant_config=None) in deepseek_v2.py / deepseek_v4
         if kind == r.HEAD_KIND and prefix == "lm_head" and family == "deepseek_v4":
             return True  # nvidia/model.py and dspark.py build ParallelLMHead without quant_config
         return family == "deepseek_v3" and prefix.endswith(".eh_proj") and self.layout.role(prefix).is_draft
