@@ -11,6 +11,7 @@ ignore pattern written against one of them silently misses the others.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,9 +21,12 @@ from specguard.layouts.names import layer_index, module_name
 VLLM = "vllm"
 SGLANG = "sglang"
 ENGINES = (VLLM, SGLANG)
+# Per-expert checkpoint modules differ only in the expert index, which no rule
+# reads: one placement per (layer, projection) serves every expert.
+_EXPERT_INDEX = re.compile(r"\.experts\.\d+(?=\.|$)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Where one checkpoint module ends up inside an engine.
 
@@ -87,10 +91,22 @@ class Layout:
 
     def place(self, name: str) -> Placement:
         """Placement of a checkpoint module (a tensor name is reduced to its module)."""
+        hit = self._cache.get(name)
+        if hit is not None:
+            return hit
         module = module_name(name)
         hit = self._cache.get(module)
         if hit is None:
-            hit = self._cache[module] = self._place(module)
+            generic = _EXPERT_INDEX.sub(".experts.0", module)
+            if generic == module:
+                hit = self._place(module)
+            else:
+                g = self._cache.get(generic) or self._place(generic)
+                self._cache[generic] = g
+                hit = Placement(module, g.role, g.kind, g.runtime_prefix, g.runtime_prefixes, g.parameter_prefix)
+            self._cache[module] = hit
+        if name != module:
+            self._cache[name] = hit
         return hit
 
     def role(self, name: str) -> r.Role:
