@@ -114,7 +114,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def child(root: Path, device: str, guarded: bool, touched: bool) -> dict:
+VARIANTS = ("plain", "guarded", "guarded+marker")
+
+
+def child(root: Path, device: str, variant: str, touched: bool) -> dict:
     """One load in this (fresh) process; prints its measurements as JSON."""
     model = BenchModel(ExpertConfig.from_dir(root), device)  # torch.empty: pages untouched
     if touched:
@@ -130,15 +133,15 @@ def child(root: Path, device: str, guarded: bool, touched: bool) -> dict:
     tracemalloc.start()
     t0 = time.perf_counter()
     ok, recorder = None, 0
-    if guarded:
-        with LoadGuard(model, policy="report") as g:
+    if variant == "plain":
+        model.load(root)
+        _sync(device)
+    else:
+        with LoadGuard(model, policy="report", marker=variant == "guarded+marker") as g:
             model.load(root)
             recorder = g.recorder_bytes
         _sync(device)
         ok = g.report.ok
-    else:
-        model.load(root)
-        _sync(device)
     seconds = time.perf_counter() - t0
     py_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -153,11 +156,9 @@ def child(root: Path, device: str, guarded: bool, touched: bool) -> dict:
     }
 
 
-def run_child(root: Path, args: argparse.Namespace, guarded: bool, touched: bool) -> dict:
+def run_child(root: Path, args: argparse.Namespace, variant: str, touched: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", str(root), "--device", args.device,
-           "--threads", str(args.threads)]
-    if guarded:
-        cmd.append("--guarded")
+           "--threads", str(args.threads), "--variant", variant]
     if touched:
         cmd.append("--touched")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -165,7 +166,7 @@ def run_child(root: Path, args: argparse.Namespace, guarded: bool, touched: bool
 
 
 def mib(n: float) -> str:
-    return f"{n / 2**20:8.1f} MiB"
+    return f"{n / 2**20:6.1f} MiB"
 
 
 def main() -> None:
@@ -175,70 +176,74 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=24, help="experts per layer (24: ~1.1 GB)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1: stable on a shared 2-core box)")
+    ap.add_argument("--states", default="fresh,touched",
+                    help="memory states to measure: fresh, touched or both")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--guarded", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="plain", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--touched", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         torch.set_num_threads(args.threads)
-        print(json.dumps(child(args.child, args.device, args.guarded, args.touched)))
+        print(json.dumps(child(args.child, args.device, args.variant, args.touched)))
         return
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("benchmarks/guard.py: --device cuda but no CUDA device is visible")
+    states = [s.strip() for s in args.states.split(",")]
+    if not set(states) <= {"fresh", "touched"}:
+        sys.exit(f"benchmarks/guard.py: --states takes fresh and/or touched, not {args.states!r}")
 
     with tempfile.TemporaryDirectory(prefix="specguard-guard-bench-") as tmp:
         root = Path(tmp)
         size = write_checkpoint(root, args.experts)
         for f in root.glob("*.safetensors"):  # warm the page cache
             f.read_bytes()
-        runs: dict[tuple[bool, bool], list[dict]] = {}
-        for r in range(args.rounds):  # alternate the order to cancel drift
-            for touched in (False, True):
-                order = (False, True) if r % 2 == 0 else (True, False)
-                for g in order:
-                    runs.setdefault((touched, g), []).append(run_child(root, args, g, touched))
+        runs: dict[tuple[str, str], list[dict]] = {}
+        for r in range(args.rounds):
+            for state in states:
+                order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]  # cancel drift
+                for v in order:
+                    runs.setdefault((state, v), []).append(
+                        run_child(root, args, v, state == "touched"))
 
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "-"
-    first = runs[(False, True)][0]
+    first = runs[(states[0], "guarded")][0]
     print(f"LoadGuard overhead — device {args.device} ({gpu}), torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {args.threads} torch thread(s)")
     print(f"model: {first['model_bytes'] / 1e9:.2f} GB in {first['tensors']} parameters, "
           f"checkpoint {size / 1e9:.2f} GB in {first['ckpt_tensors']} tensors, "
-          f"{args.rounds} fresh-process loads per cell, alternating")
-    ok = all(r["ok"] for (_, g), rs in runs.items() if g for r in rs)
-    for touched in (False, True):
-        report(runs[(touched, False)], runs[(touched, True)], args.device,
-               "touched" if touched else "fresh")
+          f"{args.rounds} fresh-process loads per cell, order alternating")
+    print("variants: plain = yardstick (no guard); guarded = LoadGuard defaults (integer "
+          "tensors tracked, not filled); guarded+marker = LoadGuard(marker=True)")
+    for state in states:
+        report({v: runs[(state, v)] for v in VARIANTS}, args.device, state)
+    ok = all(r["ok"] for (_, v), rs in runs.items() if v != "plain" for r in rs)
     print(f"guard verdict on every complete load: {'clean' if ok else 'FINDINGS'}")
 
 
-def report(plain: list[dict], guarded: list[dict], device: str, state: str) -> None:
-    tp = [r["seconds"] for r in plain]
-    tg = [r["seconds"] for r in guarded]
-    mp, mg = statistics.median(tp), statistics.median(tg)
-    n = guarded[0]["tensors"]
+def report(cells: dict[str, list[dict]], device: str, state: str) -> None:
     print(f"[{state} memory]")
-    fp, fg = min(tp), min(tg)
-    print(f"  load time, plain (yardstick): median {mp:.3f} s, fastest {fp:.3f} s  "
-          f"[{', '.join(f'{t:.3f}' for t in tp)}]")
-    print(f"  load time, guarded          : median {mg:.3f} s, fastest {fg:.3f} s  "
-          f"[{', '.join(f'{t:.3f}' for t in tg)}]")
-    print(f"  overhead: median {100 * (mg / mp - 1):+.1f} % (ratio {mg / mp:.3f}), "
-          f"fastest {100 * (fg / fp - 1):+.1f} % (ratio {fg / fp:.3f}); goal <= 5 %")
+    t = {v: [r["seconds"] for r in rs] for v, rs in cells.items()}
+    med = {v: statistics.median(x) for v, x in t.items()}
+    fast = {v: min(x) for v, x in t.items()}
     key = "cuda_growth" if device == "cuda" else "rss_growth"
-    what = "CUDA max_memory_allocated" if device == "cuda" else "peak RSS (ru_maxrss)"
-    pp = statistics.median(r[key] for r in plain)
-    pg = statistics.median(r[key] for r in guarded)
-    print(f"  {what} growth over the load: plain {mib(pp)}, guarded {mib(pg)}, "
-          f"difference {mib(pg - pp)} over {n} parameters")
+    what = "CUDA peak alloc" if device == "cuda" else "peak RSS"
+    mem = {v: statistics.median(r[key] for r in rs) for v, rs in cells.items()}
+    for v in VARIANTS:
+        over = "yardstick" if v == "plain" else (
+            f"overhead median {100 * (med[v] / med['plain'] - 1):+5.1f} %, "
+            f"fastest {100 * (fast[v] / fast['plain'] - 1):+5.1f} %")
+        extra = "" if v == "plain" else f" ({mib(mem[v] - mem['plain'])} vs plain)"
+        print(f"  {v:15s} median {med[v]:.3f} s  fastest {fast[v]:.3f} s  {over}; "
+              f"{what} growth {mib(mem[v])}{extra}")
+        print(f"  {'':15s} [{', '.join(f'{x:.3f}' for x in t[v])}]")
     if device == "cuda":
-        rp = statistics.median(r["rss_growth"] for r in plain)
-        rg = statistics.median(r["rss_growth"] for r in guarded)
-        print(f"  host peak RSS growth: plain {mib(rp)}, guarded {mib(rg)}")
-    print(f"  tracemalloc peak (Python objects): plain "
-          f"{mib(statistics.median(r['py_peak'] for r in plain))}, guarded "
-          f"{mib(statistics.median(r['py_peak'] for r in guarded))}; "
-          f"write recorder at exit {guarded[0]['recorder']} B")
+        rss = {v: statistics.median(r["rss_growth"] for r in rs) for v, rs in cells.items()}
+        print("  host peak RSS growth: " + ", ".join(f"{v} {mib(rss[v])}" for v in VARIANTS))
+    g = cells["guarded"]
+    print(f"  Python objects (tracemalloc peak): plain "
+          f"{mib(statistics.median(r['py_peak'] for r in cells['plain']))}, guarded "
+          f"{mib(statistics.median(r['py_peak'] for r in g))}; write recorder at exit "
+          f"{g[0]['recorder']} B for {g[0]['tensors']} parameters")
 
 
 if __name__ == "__main__":

@@ -18,17 +18,21 @@ How it knows what was written
   E8M0 0xFF). Whatever still holds it was never written; any other NaN/Inf was
   written non-finite. Exact per element, whatever path did the writing.
 * Integer-like dtypes (u8/i8 packed FP4, int32 GPTQ words, bool, fp4x2),
-  where every byte value is legal: a TorchDispatchMode records the byte
-  regions every ATen write (copy_, fill_, out=, __setitem__) touches in their
-  storages; a tensor covered by recorded writes was written, even with the
-  bytes it already held. As a second line they are filled with 0xA5 bytes: an
-  unrecorded region that still holds the marker is reported unwritten, an
-  unrecorded row holding any other byte was written by a path the recorder
-  cannot see. Limits: writes outside ATen (numpy views, ctypes, custom
-  kernels), writes from other threads (dispatch modes are thread-local) and
-  index-driven writes (index_put_, scatter_, masked_fill_) fall back to the
-  marker at row granularity, so a row that such a path wrote only partly and
-  whose untouched bytes were all 0xA5 would be reported written.
+  where every byte value is legal, are tracked instead of poisoned: the byte
+  regions written into their storages are recorded (``track_writes``:
+  ``"methods"``, the default, wraps ``Tensor.copy_/fill_/zero_/__setitem__``
+  process-wide while a guard is active, cheap and thread-agnostic;
+  ``"aten"`` uses a TorchDispatchMode that sees every ATen write of the
+  guarding thread, ``out=`` and C++-internal copies included, at ~20-30 us
+  per op). A tensor covered by recorded writes was written, even with the
+  bytes it already held; what no recorded write covered is reported.
+  Limits: writes neither mechanism sees (numpy views, ctypes, custom kernels;
+  under ``"methods"`` also ``out=`` and ``index_*``/``scatter_``/
+  ``masked_fill_``; under ``"aten"`` other threads) would be reported as
+  unwritten. For loaders that use them pass ``marker=True``: the tensors are
+  then also filled with 0xA5 bytes and an unrecorded row whose bytes changed
+  counts as written (at row granularity: a row such a path wrote only partly,
+  leaving 0xA5 elsewhere, counts as written).
 * Storage swapped during the load (``param.data = x``, ``assign=True``): the
   tensor counts as written; only non-finite values and scale magnitudes are
   checked.
@@ -38,11 +42,12 @@ How it knows what was written
 
 Memory: no copy of the model. Per guarded tensor a small Python record; per
 integer-like storage the recorded write intervals (16 bytes per contiguous run
-written, merged as they arrive — typically one run per copied tensor); during
-the exit check a bounded scratch of at most ~1 M elements (a few bool masks,
-plus int64 offsets only for integer tensors the recorder did not fully cover).
-The common case reads each float tensor once with a streaming ``sum`` and does
-not read fully-recorded integer tensors at all.
+written, merged as they arrive: adjacent copies coalesce into one run);
+during the exit check a bounded scratch of at most ~1 M elements (a few bool
+masks, plus int64 offsets only for integer tensors the recorder did not fully
+cover). The common case writes each float tensor once on entry (the poison),
+reads it once on exit (a streaming ``sum``, or a byte ``max`` for fp8) and
+neither writes nor reads fully-recorded integer tensors.
 """
 
 from specguard.guard.core import LoadGuard, LoadGuardWarning, Policy, UnloadedParametersError

@@ -109,11 +109,11 @@ def _fix_scalar(m: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return m.reshape(()) if t.ndim == 0 else m
 
 
-def _unwritten_finding(e: Entry, mask: _Mask, total: int) -> list[Finding]:
+def _unwritten_finding(e: Entry, mask: _Mask, total: int, detail: str = "") -> list[Finding]:
     if mask.count == 0:
         return []
     problem = NEVER_WRITTEN if mask.count == total else PARTLY_WRITTEN
-    return [mask.finding(e, problem, total, f"still holds poison {e.poison.label}")]
+    return [mask.finding(e, problem, total, detail or f"still holds poison {e.poison.label}")]
 
 
 def check_nan_poisoned(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:
@@ -150,15 +150,29 @@ def check_scale(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]
     return [mask.finding(e, IMPLAUSIBLE_SCALE, t.numel(), detail)]
 
 
-def check_tracked(e: Entry, t: torch.Tensor, writes: StorageWrites | None) -> list[Finding]:
+def check_tracked(
+    e: Entry, t: torch.Tensor, writes: StorageWrites | None, marker: bool = True
+) -> list[Finding]:
     """Integer-like tensor: recorded writes first; the 0xA5 marker only where
-    nothing was recorded (an untracked write shows as a changed byte)."""
+    nothing was recorded (an untracked write shows as a changed byte). Without
+    the marker, whatever no recorded write covered counts as unwritten."""
     starts, ends = writes.intervals() if writes is not None else (np.empty(0), np.empty(0))
     runs = view_runs(t)
     if runs is not None and fully_covered(starts, ends, runs):
         return []
     total = t.numel()
     unwritten = _Mask(t)
+    if not marker:
+        blind = writes.untracked_writes if writes is not None else 0
+        detail = "no recorded write" + (
+            f"; {blind} write(s) into its storage could not be located" if blind else "")
+        for a, c in _chunks(t):
+            if starts.size == 0:
+                unwritten.add(a, _fix_scalar(torch.ones_like(c, dtype=torch.bool), t))
+            else:
+                cov = torch.from_numpy(covered(starts, ends, _element_offsets(c))).to(c.device)
+                unwritten.add(a, _fix_scalar(~cov, t))
+        return _unwritten_finding(e, unwritten, total, detail)
     for a, c in _chunks(t):
         if starts.size == 0:  # nothing recorded here: the marker decides, per row
             rows = _rows_all_marker(c, e.poison)

@@ -86,6 +86,14 @@ class LoadGuard:
             ``"methods"`` (wrap Tensor.copy_/fill_/zero_/__setitem__, cheap, all
             threads), ``"aten"`` (a TorchDispatchMode: every ATen write of this
             thread, slower) or None (the 0xA5 marker alone, per row).
+        marker: also fill integer-like tensors with 0xA5 on entry, so writes
+            the recorder cannot see (numpy views, custom kernels, and under
+            ``"methods"`` also ``out=`` and index ops) are still recognised by
+            their changed bytes. Off (default), integer tensors are tracked
+            instead of poisoned, as the loaders guarded here write through
+            copy_/__setitem__, and the load saves a write pass over them;
+            anything no recorded write covered is then reported unwritten.
+            Always on when ``track_writes`` is None.
         scale_patterns: fnmatch patterns on a tensor's last name component that
             mark it as a scale for the magnitude check.
         scale_bounds: the plausible nonzero magnitude range for those scales.
@@ -104,6 +112,7 @@ class LoadGuard:
         exclude: Sequence[str] = (),
         buffers: bool = True,
         track_writes: Tracking | None = "methods",
+        marker: bool = False,
         scale_patterns: Sequence[str] = ("*scale*",),
         scale_bounds: tuple[float, float] = (1e-30, 1e20),
     ) -> None:
@@ -117,6 +126,7 @@ class LoadGuard:
         self.exclude = tuple(exclude)
         self.buffers = buffers
         self.track_writes = track_writes
+        self.marker = marker or track_writes is None
         self.scale_patterns = tuple(scale_patterns)
         self.bounds = ScaleBounds(*scale_bounds)
         self.report: LoadReport | None = None
@@ -129,7 +139,7 @@ class LoadGuard:
     def _options(self) -> dict[str, Any]:
         return {
             "policy": self.policy, "include": self.include, "exclude": self.exclude,
-            "buffers": self.buffers, "track_writes": self.track_writes,
+            "buffers": self.buffers, "track_writes": self.track_writes, "marker": self.marker,
             "scale_patterns": self.scale_patterns,
             "scale_bounds": (self.bounds.low, self.bounds.high),
         }
@@ -169,11 +179,13 @@ class LoadGuard:
         if t.device.type == "meta" or t.numel() == 0:
             self._skipped.append((name, "meta tensor" if t.device.type == "meta" else "empty"))
             return
-        with torch.inference_mode() if t.is_inference() else torch.no_grad():
-            P.fill(t.detach(), poison)
+        tracked = poison.strategy is P.Strategy.TRACK and self.track_writes is not None
+        if self.marker or not tracked:
+            with torch.inference_mode() if t.is_inference() else torch.no_grad():
+                P.fill(t.detach(), poison)
         key = storage_key(t)
         self._entries.append(Entry(name, t, poison, key, self._is_scale(name)))
-        if poison.strategy is P.Strategy.TRACK and self.track_writes is not None:
+        if tracked:
             self._writes.setdefault(key, StorageWrites())
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
@@ -213,7 +225,7 @@ class LoadGuard:
             return check_replaced(e, t, self.bounds)
         if e.poison.strategy is P.Strategy.NAN:
             return check_nan_poisoned(e, t, self.bounds)
-        return check_tracked(e, t, self._writes.get(e.key))
+        return check_tracked(e, t, self._writes.get(e.key), self.marker)
 
     def _apply_policy(self, report: LoadReport) -> None:
         if report.ok or self.policy == "report":
