@@ -399,3 +399,12 @@ def test_v3_modelopt_mtp_head_is_quantized_though_its_hf_name_is_excluded():
     assert v.builds("model.layers.2.head", kind="head").scheme.format == s.NVFP4
     assert not v.builds("lm_head", kind="head").quantized
     assert not v.builds("model.layers.2.eh_proj", kind="linear").quantized  # nn.Linear: no quant method at all
+
+
+def test_eagle_drafter_routes_by_its_own_config():
+    target = {"model_type": "llama", "num_hidden_layers": 32, "quantization_config": {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}}
+    drafter = {"model_type": "llama", "num_hidden_layers": 1}
+    v = Vllm033(target, draft_method="eagle3", draft_config=drafter)
+    assert v.builds("model.layers.32.self_attn.qkv_proj", kind="linear").method == "UnquantizedLinearMethod"
+    assert v.builds("model.layers.3.self_attn.qkv_proj", kind="linear").scheme.format == s.FP8_BLOCK

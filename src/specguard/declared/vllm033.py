@@ -66,7 +66,7 @@ from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import Layout, layout_for
 from specguard.layouts import roles as r
-from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, text_config
 
 PLATFORMS = ("cuda", "rocm", "cpu")
 TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
@@ -151,7 +151,10 @@ class Vllm033:
         self.platform = platform
         self.config = config
         self.text = text_config(config)
-        self.layout: Layout = layout_for(config, draft_method=draft_method)
+        self.draft_kind = draft_kind_for(draft_method)
+        # An EAGLE drafter is a checkpoint of its own; the target's layout decides
+        # which prefixes belong to the draft (layer index >= N).
+        self.layout: Layout = layout_for(config, draft_method=None if self.draft_kind == r.EAGLE else draft_method)
         self.declared = parse_declared(config, hf_quant_config)
         self.draft_declared = (
             parse_declared(draft_config, draft_hf_quant_config) if draft_config is not None else self.declared
@@ -253,7 +256,8 @@ class Vllm033:
         role = self.layout.role(prefix)
         if not role.is_draft:
             return TARGET_MODEL
-        return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(role.draft_kind or "", MTP_MODEL)
+        kind = self.draft_kind or role.draft_kind or ""
+        return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(kind, MTP_MODEL)
 
     def _built_without_quant_config(self, prefix: str, kind: str, model: str) -> bool:
         family = self.layout.family
