@@ -1,4 +1,4 @@
-"""Fixtures for the guard's tests: S1/S5-shaped checkpoints and devices."""
+"""Fixtures for the guard's tests: factory scenario checkpoints and devices."""
 
 from __future__ import annotations
 
@@ -6,17 +6,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from guard_ckpts import write_checkpoint
+
+from specguard.factory import write_scenario
 
 
 @pytest.fixture(scope="session")
 def s1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("s1"), "mxfp4")
+    """S1: ModelOpt NVFP4 main experts, MXFP4 (I8 + E8M0) MTP experts, global NVFP4 config."""
+    return write_scenario("s1", tmp_path_factory.mktemp("s1") / "ckpt").path
 
 
 @pytest.fixture(scope="session")
 def s5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("s5"), "nvfp4-no-global-scales")
+    """S5: like S1 but the draft experts stored NVFP4 without weight_scale_2/input_scale."""
+    return write_scenario("s5", tmp_path_factory.mktemp("s5") / "ckpt").path
 
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

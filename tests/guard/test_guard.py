@@ -106,7 +106,7 @@ def test_writing_the_marker_bytes_still_counts_as_written(device, tracking):
     """0xA5 is legal packed-FP4 data: the recorder, not the content, decides."""
     m = nn.Module()
     m.q = _param(4, 16, dtype=torch.uint8, device=device)
-    with LoadGuard(m, track_writes=tracking) as g:
+    with LoadGuard(m, track_writes=tracking, marker=True) as g:
         m.q.data[:2].copy_(torch.full((2, 16), 0xA5, dtype=torch.uint8))
         m.q.data[2] = torch.full((16,), 0xA5, dtype=torch.uint8)  # __setitem__
         m.q.data[3].fill_(0xA5)
@@ -116,7 +116,7 @@ def test_writing_the_marker_bytes_still_counts_as_written(device, tracking):
 def test_out_variants_are_recorded_by_aten_and_decided_by_content_otherwise(tracking):
     m = nn.Module()
     m.q = _param(2, 8, dtype=torch.int32)
-    with LoadGuard(m, policy="report", track_writes=tracking) as g:
+    with LoadGuard(m, policy="report", track_writes=tracking, marker=True) as g:
         torch.add(torch.zeros(8, dtype=torch.int32), 1, out=m.q.data[0])
         torch.mul(torch.zeros(8, dtype=torch.int32), 1, out=m.q.data[1])
     assert g.report.ok  # aten: recorded; methods: row content changed -> written
@@ -155,10 +155,27 @@ def test_nested_guards_each_see_their_own_module():
 def test_untracked_write_falls_back_to_the_marker_per_row():
     m = nn.Module()
     m.q = _param(4, 16, dtype=torch.uint8)
-    with LoadGuard(m, policy="report") as g:
+    with LoadGuard(m, policy="report", marker=True) as g:
         m.q.detach().numpy()[:3] = 7  # numpy view: invisible to the dispatcher
     f = _one(g.report)
     assert (f.problem, f.where[0]) == (PARTLY_WRITTEN, ((3, 4),))
+
+
+def test_without_the_marker_unrecorded_writes_are_reported():
+    """The documented limit of marker=False: a numpy write is invisible, so the
+    rows it wrote are reported; the recorded copy_ row is not."""
+    m = nn.Module()
+    m.q = _param(3, 16, dtype=torch.uint8)
+    with LoadGuard(m, policy="report") as g:
+        m.q.data[0].copy_(torch.ones(16, dtype=torch.uint8))
+        m.q.detach().numpy()[1:] = 7
+    f = _one(g.report)
+    assert (f.problem, f.where[0], f.detail) == (PARTLY_WRITTEN, ((1, 3),), "no recorded write")
+    with LoadGuard(m, policy="report", track_writes="aten") as g:
+        m.q.data[torch.tensor([0, 1])] = 1  # located by neither: counted
+        m.q.data[2].zero_()
+    f = _one(g.report)
+    assert f.where[0] == ((0, 2),) and "could not be located" in f.detail
 
 
 def test_track_writes_off_uses_the_marker():
@@ -172,7 +189,7 @@ def test_track_writes_off_uses_the_marker():
 def test_index_driven_write_is_decided_by_content(tracking):
     m = nn.Module()
     m.q = _param(4, 8, dtype=torch.int32)
-    with LoadGuard(m, policy="report", track_writes=tracking) as g:
+    with LoadGuard(m, policy="report", track_writes=tracking, marker=True) as g:
         m.q.data[torch.tensor([0, 2])] = torch.zeros(2, 8, dtype=torch.int32)  # index_put_
     assert _one(g.report).where[0] == ((1, 2), (3, 4))
     assert g.report.notes

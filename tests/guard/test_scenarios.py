@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from guard_ckpts import DRAFT, DRAFT_PREFIX, INTER, NEVER_LOADED, H
+from guard_facts import draft_params, never_loaded
 
 from specguard.engine.loader import (
     ExpertConfig,
@@ -20,7 +20,7 @@ from specguard.engine.loader import (
     load_checkpoint,
     read_tensors,
 )
-from specguard.formats.scheme import MXFP4, NVFP4
+from specguard.formats.scheme import MXFP4
 from specguard.guard import (
     NEVER_WRITTEN,
     PARTLY_WRITTEN,
@@ -31,10 +31,6 @@ from specguard.guard import (
 RUNS = 20
 # What seed 001 saw in those scales: denormals, 1e31, and healthy-looking values.
 GARBAGE = (1e-43, 1e31, 2.9e-4, 5.9e-3, float("inf"), -1.0)
-
-
-def stored_routing(prefix: str) -> str:
-    return MXFP4 if prefix == expert_prefix(DRAFT) else NVFP4
 
 
 def churn_allocator(rng: np.random.Generator, device: str) -> None:
@@ -59,7 +55,8 @@ def guarded_reports(path, routing, device: str) -> list[str]:
         churn_allocator(rng, device)
         model, _ = load_checkpoint(path, routing, device=device)
         params = dict(model.named_parameters())
-        leftovers.add(b"".join(params[n].detach().cpu().numpy().tobytes() for n in NEVER_LOADED))
+        leftovers.add(b"".join(params[n].detach().cpu().numpy().tobytes()
+                               for n in never_loaded(path)))
         del model, params
         _, result = load_checkpoint(path, routing, device=device, guard="report")
         reports.append(result.report.to_json())
@@ -72,16 +69,22 @@ def test_s5_names_exactly_the_four_scales_across_allocator_histories(s5_dir, dev
     assert len(set(reports)) == 1, "report depends on allocator history"
     _, result = load_checkpoint(s5_dir, "global", device=device, guard="report")
     report = result.report
-    assert report.names() == NEVER_LOADED
-    assert report.names(NEVER_WRITTEN) == NEVER_LOADED
+    assert report.names() == never_loaded(s5_dir)
+    assert report.names(NEVER_WRITTEN) == never_loaded(s5_dir)
     assert all(f.count == f.total for f in report.findings)
+
+
+def test_s5_routed_by_the_resolver_still_names_them(s5_dir):
+    """S5 stores the draft as NVFP4: routing it right cannot invent its scales."""
+    _, result = load_checkpoint(s5_dir, "resolver", guard="report")
+    assert result.report.names() == never_loaded(s5_dir)
 
 
 def test_s5_raise_policy_stops_the_load_with_the_names(s5_dir):
     with pytest.raises(UnloadedParametersError) as err:
         load_checkpoint(s5_dir, "global", guard="raise")
-    assert err.value.report.names() == NEVER_LOADED
-    for name in NEVER_LOADED:
+    assert err.value.report.names() == never_loaded(s5_dir)
+    for name in never_loaded(s5_dir):
         assert name in str(err.value)
 
 
@@ -92,20 +95,24 @@ def test_s1_global_routing_names_the_four_scales_and_the_half_written_block_scal
     assert len(set(reports)) == 1
     _, result = load_checkpoint(s1_dir, "global", device=device, guard="report")
     report = result.report
-    assert report.names(NEVER_WRITTEN) == NEVER_LOADED
+    assert report.names(NEVER_WRITTEN) == never_loaded(s1_dir)
     # E8M0 [I, H/32] stored, E4M3 [I, H/16] slot: vLLM narrows, right half unwritten.
+    d, cfg = draft_params(s1_dir), ExpertConfig.from_dir(s1_dir)
+    h, inter = cfg.hidden_size, cfg.intermediate_size
     partly = {f.name: f for f in report.findings if f.problem == PARTLY_WRITTEN}
-    assert set(partly) == {f"{DRAFT_PREFIX}.w13_weight_scale", f"{DRAFT_PREFIX}.w2_weight_scale"}
-    w13 = partly[f"{DRAFT_PREFIX}.w13_weight_scale"]
-    assert w13.where[2] == ((H // 32, H // 16),) and w13.count == w13.total // 2
-    w2 = partly[f"{DRAFT_PREFIX}.w2_weight_scale"]
-    assert w2.where[2] == ((INTER // 32, INTER // 16),)
+    assert set(partly) == {f"{d}.w13_weight_scale", f"{d}.w2_weight_scale"}
+    w13 = partly[f"{d}.w13_weight_scale"]
+    assert w13.where[2] == ((h // 32, h // 16),) and w13.count == w13.total // 2
+    w2 = partly[f"{d}.w2_weight_scale"]
+    assert w2.where[2] == ((inter // 32, inter // 16),)
+    assert len(report.findings) == 6
 
 
-def test_s1_routed_by_what_is_stored_passes_clean(s1_dir, device):
-    model, result = load_checkpoint(s1_dir, stored_routing, device=device, guard="raise")
+def test_s1_routed_by_the_resolver_passes_clean(s1_dir, device):
+    model, result = load_checkpoint(s1_dir, "resolver", device=device, guard="raise")
     assert result.report is not None and result.report.ok
-    assert model.routes[expert_prefix(DRAFT)] == MXFP4
+    draft = ExpertConfig.from_dir(s1_dir).num_hidden_layers
+    assert model.routes[expert_prefix(draft)] == MXFP4
 
 
 def test_plausible_leftover_memory_is_still_caught(s5_dir):
@@ -121,7 +128,7 @@ def test_plausible_leftover_memory_is_still_caught(s5_dir):
             p.data.view(torch.uint8).fill_(0x38)  # E4M3 1.0 / plausible FP4 bytes
     with LoadGuard(model, policy="report") as g:
         model.load_weights(read_tensors(s5_dir, lambda n: model.target(n) is not None))
-    assert g.report.names() == NEVER_LOADED
+    assert g.report.names() == never_loaded(s5_dir)
 
 
 def test_without_the_guard_the_same_load_is_silent(s5_dir):
@@ -129,9 +136,9 @@ def test_without_the_guard_the_same_load_is_silent(s5_dir):
     four scales hold whatever was there (here: what we planted)."""
     config = ExpertConfig.from_dir(s5_dir)
     model = ReferenceMoE(config, global_routing(config))
-    experts = model.experts(DRAFT)
+    experts = model.experts(config.num_hidden_layers)
     experts.w13_weight_scale_2.data.fill_(1e31)
     result = model.load_weights(read_tensors(s5_dir, lambda n: model.target(n) is not None))
     assert result.report is None
-    assert f"{DRAFT_PREFIX}.w13_weight_scale_2" not in result.loaded
+    assert f"{draft_params(s5_dir)}.w13_weight_scale_2" not in result.loaded
     assert torch.all(experts.w13_weight_scale_2 == 1e31)

@@ -30,8 +30,8 @@ parallel, no padding). Read from vLLM 0.33.0's source:
 
 Routing is a parameter: ``global_routing(config)`` is vLLM 0.33's rule
 (exact-match ``ignored_layers`` -> unquantized, else the global
-``moe_quant_algo`` for every layer, draft included); the lead's Resolver
-supplies routing by what is stored.
+``moe_quant_algo`` for every layer, draft included); specguard's Resolver
+supplies routing by what is stored (``resolver_routing``).
 """
 
 from __future__ import annotations
@@ -119,6 +119,28 @@ def global_routing(config: ExpertConfig) -> Routing:
         if prefix in config.ignored_layers:
             return BF16
         return NVFP4 if config.moe_quant_algo == "NVFP4" else MXFP4
+
+    return route
+
+
+def resolver_routing(path: str | Path) -> Routing:
+    """specguard's routing: each expert layer gets the method of the format it
+    is stored in (``Resolver.route(prefix).build``). A prefix with nothing on
+    disk keeps vLLM 0.33's choice, as an engine has nothing better to build."""
+    from specguard.resolve import Resolver  # the header pass, only when asked for
+
+    resolver = Resolver.open(path)
+    fallback = global_routing(ExpertConfig.from_dir(path))
+
+    def route(prefix: str) -> str:
+        build = resolver.route(prefix).build
+        if build is None:
+            return fallback(prefix)
+        if build.format not in METHODS:
+            raise NotImplementedError(
+                f"{prefix}: stored as {build.short()}, which this loader has no method for"
+            )
+        return build.format
 
     return route
 
@@ -405,14 +427,17 @@ def load_checkpoint(
 ) -> tuple[ReferenceMoE, LoadResult]:
     """Build the expert layers for the checkpoint at ``path`` and load them.
 
-    ``routing`` is a callable (runtime prefix -> format) or ``"global"``
-    (vLLM 0.33's rule) or a format name for every layer (``"bf16"``).
+    ``routing`` is a callable (runtime prefix -> format), ``"global"`` (vLLM
+    0.33's rule), ``"resolver"`` (by what is stored) or a format name for
+    every layer (``"bf16"``).
     ``guard`` wraps the copy in ``LoadGuard(model, policy=guard)``; its report
     is ``result.report`` (with ``"raise"`` the error carries it instead).
     """
     config = ExpertConfig.from_dir(path)
     if routing == "global":
         routing = global_routing(config)
+    elif routing == "resolver":
+        routing = resolver_routing(path)
     elif isinstance(routing, str):
         routing = fixed_routing(routing)
     model = ReferenceMoE(config, routing, device=device)
