@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from guard_facts import draft_layer, draft_params
 
 from specguard.engine.loader import (
     ExpertConfig,
@@ -21,6 +20,7 @@ from specguard.engine.loader import (
     resolver_routing,
 )
 from specguard.formats.scheme import BF16, MXFP4, NVFP4
+from tests.guard.guard_facts import draft_layer, draft_params
 
 E, H, INTER = 4, 64, 32
 

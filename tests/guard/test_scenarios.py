@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from guard_facts import draft_params, never_loaded
 
 from specguard.engine.loader import (
     ExpertConfig,
@@ -27,6 +26,7 @@ from specguard.guard import (
     LoadGuard,
     UnloadedParametersError,
 )
+from tests.guard.guard_facts import draft_params, never_loaded
 
 RUNS = 20
 # What seed 001 saw in those scales: denormals, 1e31, and healthy-looking values.
