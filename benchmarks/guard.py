@@ -178,6 +178,8 @@ def main() -> None:
                     help="torch intra-op threads (1: stable on a shared 2-core box)")
     ap.add_argument("--states", default="fresh,touched",
                     help="memory states to measure: fresh, touched or both")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="loads to compare (plain is always included)")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="plain", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--touched", action="store_true", help=argparse.SUPPRESS)
@@ -191,6 +193,7 @@ def main() -> None:
     states = [s.strip() for s in args.states.split(",")]
     if not set(states) <= {"fresh", "touched"}:
         sys.exit(f"benchmarks/guard.py: --states takes fresh and/or touched, not {args.states!r}")
+    variants = tuple(v for v in VARIANTS if v == "plain" or v in args.variants.split(","))
 
     with tempfile.TemporaryDirectory(prefix="specguard-guard-bench-") as tmp:
         root = Path(tmp)
@@ -200,7 +203,7 @@ def main() -> None:
         runs: dict[tuple[str, str], list[dict]] = {}
         for r in range(args.rounds):
             for state in states:
-                order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]  # cancel drift
+                order = variants if r % 2 == 0 else variants[::-1]  # cancel drift
                 for v in order:
                     runs.setdefault((state, v), []).append(
                         run_child(root, args, v, state == "touched"))
@@ -215,7 +218,7 @@ def main() -> None:
     print("variants: plain = yardstick (no guard); guarded = LoadGuard defaults (integer "
           "tensors tracked, not filled); guarded+marker = LoadGuard(marker=True)")
     for state in states:
-        report({v: runs[(state, v)] for v in VARIANTS}, args.device, state)
+        report({v: runs[(state, v)] for v in variants}, args.device, state)
     ok = all(r["ok"] for (_, v), rs in runs.items() if v != "plain" for r in rs)
     print(f"guard verdict on every complete load: {'clean' if ok else 'FINDINGS'}")
 
@@ -228,7 +231,7 @@ def report(cells: dict[str, list[dict]], device: str, state: str) -> None:
     key = "cuda_growth" if device == "cuda" else "rss_growth"
     what = "CUDA peak alloc" if device == "cuda" else "peak RSS"
     mem = {v: statistics.median(r[key] for r in rs) for v, rs in cells.items()}
-    for v in VARIANTS:
+    for v in cells:
         over = "yardstick" if v == "plain" else (
             f"overhead median {100 * (med[v] / med['plain'] - 1):+5.1f} %, "
             f"fastest {100 * (fast[v] / fast['plain'] - 1):+5.1f} %")
@@ -238,7 +241,7 @@ def report(cells: dict[str, list[dict]], device: str, state: str) -> None:
         print(f"  {'':15s} [{', '.join(f'{x:.3f}' for x in t[v])}]")
     if device == "cuda":
         rss = {v: statistics.median(r["rss_growth"] for r in rs) for v, rs in cells.items()}
-        print("  host peak RSS growth: " + ", ".join(f"{v} {mib(rss[v])}" for v in VARIANTS))
+        print("  host peak RSS growth: " + ", ".join(f"{v} {mib(rss[v])}" for v in cells))
     g = cells["guarded"]
     print(f"  Python objects (tracemalloc peak): plain "
           f"{mib(statistics.median(r['py_peak'] for r in cells['plain']))}, guarded "
