@@ -596,11 +596,7 @@ def _scale_rows(xp, o: Array, s: Array, br: int, bc: int) -> None:
 def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
                out: Array | None = None) -> Array:
     if lay.packing == L.INT4_GPTQ:
-        result = _dequantize_gptq(xp, lay, tensors, opt)
-        if out is not None:
-            out[...] = result
-            return out
-        return result
+        return _dequantize_gptq(xp, lay, tensors, opt, out)
     if lay.format == INT4_GROUP and "weight_zero_point" in tensors:
         raise ValueError("asymmetric int4 (weight_zero_point) is not supported")
     d = decode(xp, lay, tensors, opt)
@@ -609,7 +605,8 @@ def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
     return expand_multiply(xp, lay, d)
 
 
-def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Array:
+def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+                     out: Array | None = None) -> Array:
     """W[o, i] = (q[i, o] - z[g(i), o]) * s[g(i), o]; v1 checkpoints store z - 1."""
     qweight = _pick(tensors, (lay.weight,), "qweight", lay)
     rows = qweight.shape[1]
@@ -618,16 +615,45 @@ def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options)
                           "scales", lay))
     zeros = xp.f32(unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows))
     zeros = zeros - (8.0 if opt.gptq_v2 else 7.0)  # (z - 8); v1 stores z - 1
+    n_groups = scales.shape[0]
+    g = cols // n_groups
     if "g_idx" in tensors:
         g_idx = xp.cast(tensors["g_idx"], "I64")
     else:
-        g = opt.group_size or lay.block[1]
-        g_idx = xp.arange(cols, "I64", like=qweight) // g
+        g_idx = xp.arange(cols, "I64", like=qweight) // (opt.group_size or g)
+    if (xp.name == "numpy" and g * n_groups == cols
+            and np.array_equal(g_idx, np.arange(cols) // g)):
+        return _gptq_rows(qweight, zeros, scales, g, out)
     # int32 words along the input dim are little-endian bytes of nibble pairs (q - 8).
     q = _pair_values(xp, INT4_PAIR64, xp.view(qweight, "U8"), None)  # [in/8, out * 8]
     q = q.reshape(cols // 8, rows, 8).swapaxes(1, 2).reshape(cols, rows)  # [in, out]
     wt = (q - zeros[g_idx]) * scales[g_idx]
-    return _contiguous(xp, wt.T)
+    result = _contiguous(xp, wt.T)
+    if out is not None:
+        out[...] = result
+        return out
+    return result
+
+
+def _gptq_rows(qweight: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g: int,
+               out: np.ndarray | None) -> np.ndarray:
+    """numpy, groups in column order: transpose the int32 words once (4 bytes per 8
+    values), then decode output rows in cache-sized chunks with the same two
+    operations per element as the general path."""
+    rows, cols = qweight.shape[1], qweight.shape[0] * 8
+    if out is None:
+        out = np.empty((rows, cols), np.float32)
+    words = np.ascontiguousarray(qweight.T).view(np.uint8)  # [out, in/2] nibble pairs
+    zt, st = np.ascontiguousarray(zeros.T), np.ascontiguousarray(scales.T)  # [out, groups]
+    step = max(1, CHUNK_BYTES // (4 * cols))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        o = out[r0:r1]
+        np.take(INT4_PAIR64, words[r0:r1], out=o.view(np.int64), mode="wrap")
+        v = o.reshape(r1 - r0, cols // g, g)
+        np.subtract(v, zt[r0:r1, :, None], out=v)
+        np.multiply(v, st[r0:r1, :, None], out=v)
+    return out
 
 
 def _contiguous(xp, a: Array) -> Array:
