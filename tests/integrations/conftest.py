@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +109,28 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-@pytest.fixture
-def specguard_log() -> Iterator[list[logging.LogRecord]]:
-    """Records the plugin logs (to ``vllm.specguard``, which vLLM's handlers print)."""
+@contextmanager
+def capture_specguard_log() -> Iterator[list[logging.LogRecord]]:
+    """Records the plugin logs to ``vllm.specguard`` (printed by vLLM's handlers).
+
+    vLLM's logging set-up (run by EngineArgs) drops handlers of existing ``vllm.*``
+    loggers: build configs before entering.
+    """
     logger = logging.getLogger("vllm.specguard")
     handler, level = _Records(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
-    yield handler.records
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def specguard_log() -> Iterator[list[logging.LogRecord]]:
+    with capture_specguard_log() as records:
+        yield records
 
 
 @pytest.fixture(scope="session")

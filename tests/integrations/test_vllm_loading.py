@@ -163,7 +163,9 @@ def test_load_model_routes_guards_and_logs_the_draft(
     assert set(experts_params(model)) == {
         "w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale",
     }
-    assert [r.getMessage() for r in specguard_log] == [
+    lines = [r.getMessage() for r in specguard_log]
+    # (the first test to import the V4.1 class also sees its "routes by what is stored" line)
+    assert [m for m in lines if "routes by what is stored" not in m] == [
         "specguard: model.layers.2.ffn.experts (draft; checkpoint mtp.0.ffn.experts.*): "
         "stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
         "specguard: 1 draft expert layer stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",

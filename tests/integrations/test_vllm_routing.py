@@ -292,3 +292,23 @@ def test_plugin_builds_the_stored_format_where_vllm_cannot_build_its_own(
     (d,) = routing.take_decisions()
     assert (d.stored, d.vllm, d.routed) == ("mxfp4", "?", "mxfp4")
     assert d.note.startswith("vLLM's own method failed: "), d.note
+
+
+def test_unreadable_checkpoint_keeps_vllm_routing_and_says_so_once(
+    tmp_path: Any, cpu_vllm: None, plugin: None
+) -> None:
+    from specguard.factory import write_scenario
+    from tests.integrations.conftest import capture_specguard_log
+
+    path = write_scenario("s1", tmp_path / "s1-truncated").path
+    shard = sorted(path.glob("model-*.safetensors"))[-1]
+    shard.write_bytes(shard.read_bytes()[:100])  # header cut short
+    cfg = H.engine_config(str(path), {"method": "mtp", "num_speculative_tokens": 1})
+    H.init_single_rank(cfg)
+    with capture_specguard_log() as records:
+        for prefix in ("model.layers.2.ffn", "model.layers.0.ffn"):
+            assert experts_method(cfg, "cuda", prefix)[0] == NVFP4
+    warnings = [r.getMessage() for r in records if "cannot read" in r.getMessage()]
+    assert len(warnings) == 1 and str(path) in warnings[0]
+    assert "header length" in warnings[0] and "vLLM's routing is kept" in warnings[0]
+    assert routing.take_decisions() == []

@@ -38,31 +38,33 @@ def stored(source: str, runtime_prefix: str, draft_method: str | None = None) ->
 
     ``draft_method`` is how vLLM serves the draft (``mtp``/``dspark``); it picks the
     layout's runtime names (DSpark builds may use an empty root). None: from config.json.
+    Never raises: a checkpoint specguard cannot read keeps vLLM's routing (said once).
     """
-    resolver = _resolver(source, draft_method)
-    if resolver is None:
+    key = (source, draft_method)
+    if key in _failed:
         return None
-    route = resolver.route(runtime_prefix)
+    try:
+        route = _resolver(source, draft_method).route(runtime_prefix)
+    except Exception as exc:
+        with _failed_lock:
+            first = key not in _failed
+            _failed.add(key)
+        if first:
+            log.warning("specguard: cannot read %s (%s: %s); vLLM's routing is kept",
+                        source, type(exc).__name__, exc)
+        return None
     scheme = route.stored
     if scheme is None or scheme.format in (UNKNOWN, AMBIGUOUS, MIXED):
         return None
     return Stored(scheme, route.role.kind, tuple(route.checkpoint_names))
 
 
-_failed: set[str] = set()
+_failed: set[tuple[str, str | None]] = set()
 _failed_lock = threading.Lock()
 
 
-def _resolver(source: str, draft_method: str | None) -> Resolver | None:
+def _resolver(source: str, draft_method: str | None) -> Resolver:
     """The checkpoint's Resolver (one header pass per checkpoint per process, memoized)."""
     from specguard.resolve import Resolver
 
-    try:
-        return Resolver.open(source, draft_method=draft_method)
-    except Exception as exc:  # unreadable checkpoint: keep vLLM's routing, say why once
-        with _failed_lock:
-            first = source not in _failed
-            _failed.add(source)
-        if first:
-            log.warning("specguard: cannot read %s (%s); vLLM's routing is kept", source, exc)
-        return None
+    return Resolver.open(source, draft_method=draft_method)

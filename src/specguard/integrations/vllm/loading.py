@@ -29,7 +29,11 @@ def emit_decisions() -> list[str]:
 
     out = report.lines(routing.take_decisions())
     for line in out:
-        log.info(line) if "-> routed" in line else log.warning(line)
+        # A corrected layer is news; one left as vLLM built it against the disk is a warning.
+        if "-> routed" in line:
+            log.info(line)
+        else:
+            log.warning(line)
     return out
 
 
