@@ -127,8 +127,8 @@ def child(root: Path, device: str, variant: str, touched: bool) -> dict:
     model_bytes = sum(p.nbytes for p in model.parameters())
     if device == "cuda":
         # A plain load launches no kernel (only host-to-device copies), so
-        # without this the guard's first kernel would pay the process's CUDA
-        # kernel-loading start-up (measured at commit 9ad0ea2: +0.25 s).
+        # without this the guard's first kernel would also pay the process's
+        # CUDA kernel start-up (the run at commit 9ad0ea2 did not separate it).
         torch.ones(1, device=device).add_(1)
     _sync(device)
     rss0 = current_rss()

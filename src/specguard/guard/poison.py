@@ -63,29 +63,34 @@ def _track(itemsize: int) -> Poison:
 
 # Negative quiet NaNs with a payload: arithmetic produces the canonical positive
 # NaN, so a NaN *written* by a loader (0x7FC00000 etc.) stays distinguishable.
-POISONS: dict[torch.dtype, Poison] = {
-    torch.float32: _nan(0xFFE5A5A5, 4),
-    torch.float64: _nan(0xFFFA5A5A5A5A5A5A, 8),
-    torch.float16: _nan(0xFE5A, 2),
-    torch.bfloat16: _nan(0xFFE5, 2),
-    torch.complex64: _nan(0xFFE5A5A5FFE5A5A5, 8),
+# By dtype name, so an older torch without some of them still imports (a
+# dtype torch lacks cannot occur in its modules).
+_POISONS_BY_NAME: dict[str, Poison] = {
+    "float32": _nan(0xFFE5A5A5, 4),
+    "float64": _nan(0xFFFA5A5A5A5A5A5A, 8),
+    "float16": _nan(0xFE5A, 2),
+    "bfloat16": _nan(0xFFE5, 2),
+    "complex64": _nan(0xFFE5A5A5FFE5A5A5, 8),
     # E4M3FN has two NaNs, 0x7F and 0xFF; converting a float NaN yields 0x7F,
     # so the poison takes 0xFF. E5M2 NaN: exponent 11111, mantissa != 0.
-    torch.float8_e4m3fn: _nan(0xFF, 1),
-    torch.float8_e5m2: _nan(0xFF, 1),
-    torch.float8_e4m3fnuz: _nan(0x80, 1),  # FNUZ: the only NaN is 0x80
-    torch.float8_e5m2fnuz: _nan(0x80, 1),
-    torch.float8_e8m0fnu: _nan(0xFF, 1),  # E8M0: 0xFF is NaN, no zero, no Inf
-    torch.uint8: _track(1),
-    torch.int8: _track(1),
-    torch.bool: _track(1),
-    torch.float4_e2m1fn_x2: _track(1),  # packed FP4: no NaN in E2M1
-    torch.int16: _track(2),
-    torch.uint16: _track(2),
-    torch.int32: _track(4),
-    torch.uint32: _track(4),
-    torch.int64: _track(8),
-    torch.uint64: _track(8),
+    "float8_e4m3fn": _nan(0xFF, 1),
+    "float8_e5m2": _nan(0xFF, 1),
+    "float8_e4m3fnuz": _nan(0x80, 1),  # FNUZ: the only NaN is 0x80
+    "float8_e5m2fnuz": _nan(0x80, 1),
+    "float8_e8m0fnu": _nan(0xFF, 1),  # E8M0: 0xFF is NaN, no zero, no Inf
+    "uint8": _track(1),
+    "int8": _track(1),
+    "bool": _track(1),
+    "float4_e2m1fn_x2": _track(1),  # packed FP4: no NaN in E2M1
+    "int16": _track(2),
+    "uint16": _track(2),
+    "int32": _track(4),
+    "uint32": _track(4),
+    "int64": _track(8),
+    "uint64": _track(8),
+}
+POISONS: dict[torch.dtype, Poison] = {
+    getattr(torch, n): p for n, p in _POISONS_BY_NAME.items() if hasattr(torch, n)
 }
 
 # dtypes whose finiteness torch can test directly (and sum for a fast check).
@@ -120,11 +125,15 @@ def is_poison(t: torch.Tensor, p: Poison) -> torch.Tensor:
 
 # A byte b of a 1-byte float is NaN/Inf iff (b & mask) == code.
 NON_FINITE_BITS: dict[torch.dtype, tuple[int, int]] = {
-    torch.float8_e4m3fn: (0x7F, 0x7F),  # 0x7F, 0xFF
-    torch.float8_e5m2: (0x7C, 0x7C),  # exponent 11111
-    torch.float8_e4m3fnuz: (0xFF, 0x80),
-    torch.float8_e5m2fnuz: (0xFF, 0x80),
-    torch.float8_e8m0fnu: (0xFF, 0xFF),
+    getattr(torch, n): bits_
+    for n, bits_ in {
+        "float8_e4m3fn": (0x7F, 0x7F),  # 0x7F, 0xFF
+        "float8_e5m2": (0x7C, 0x7C),  # exponent 11111
+        "float8_e4m3fnuz": (0xFF, 0x80),
+        "float8_e5m2fnuz": (0xFF, 0x80),
+        "float8_e8m0fnu": (0xFF, 0xFF),
+    }.items()
+    if hasattr(torch, n)
 }
 
 

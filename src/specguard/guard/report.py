@@ -77,7 +77,7 @@ class Finding:
         for label, r, size in zip(labels, self.where, self.shape, strict=True):
             if r != ((0, size),):
                 parts.append(f"{label} {format_ranges(r)}")
-        return " · ".join(parts) or "scattered"
+        return " · ".join(parts) or "every row and col has some"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,11 +127,12 @@ class LoadReport:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
 
     def summary(self) -> str:
+        checked = f"{self.checked} tensor{'' if self.checked == 1 else 's'} checked"
         if self.ok:
-            return f"LoadGuard: {self.checked} tensors checked, all written and finite"
+            return f"LoadGuard: {checked}, all written and finite"
         counts = {p: len(v) for p, v in self.by_problem().items() if v}
         what = ", ".join(f"{n} {p.replace('_', ' ')}" for p, n in counts.items())
-        return f"LoadGuard: {self.checked} tensors checked: {what}"
+        return f"LoadGuard: {checked}: {what}"
 
     def __rich__(self) -> Table:
         table = Table(title=self.summary(), title_justify="left", show_lines=False)

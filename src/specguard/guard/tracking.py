@@ -175,7 +175,11 @@ class Recorder:
     def record(self, t: torch.Tensor, locatable: bool = True) -> None:
         if not self.writes or t.device.type == "meta":
             return
-        sw = self.writes.get(storage_key(t))
+        try:
+            key = storage_key(t)
+        except (RuntimeError, NotImplementedError):  # sparse etc.: not a guarded storage
+            return
+        sw = self.writes.get(key)
         if sw is None:
             return
         runs = view_runs(t) if locatable else None
@@ -218,10 +222,15 @@ def _wrap_setitem(orig: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: torch.Tensor, index: Any, value: Any) -> None:
         orig(self, index, value)
         if _basic_index(index):
-            with torch.no_grad():
-                _notify(self[index])  # the view that was written
-        else:
-            _notify(self, locatable=False)
+            try:
+                with torch.no_grad():
+                    view = self[index]  # the view that was written
+            except (IndexError, RuntimeError, TypeError):
+                view = None
+            if view is not None:
+                _notify(view)
+                return
+        _notify(self, locatable=False)
 
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
