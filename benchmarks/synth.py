@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import struct
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def tensor_list(n_tensors: int, layers: int = 43, draft_layers: int = 1) -> list
 
 def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64) -> Path:
     """Write the checkpoint under ``root`` (reused when already there)."""
-    marker = root / ".complete"
+    marker = root / ".complete-v2"
     if marker.exists():
         return root
     root.mkdir(parents=True, exist_ok=True)
@@ -70,10 +71,34 @@ def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64) -> Path
         with open(root / fname, "wb") as f:
             f.write(struct.pack("<Q", len(raw)) + raw)
             f.truncate(8 + len(raw) + offset)  # a hole, not data
+            _plausible_scales(f, 8 + len(raw), header)
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     (root / "config.json").write_text(json.dumps(_config(n_tensors)))
     marker.touch()
     return root
+
+
+SCALE_PREFIX = 4096  # bytes of each block scale given real-looking values (what lint samples)
+
+
+def _plausible_scales(f, data_start: int, header: dict) -> None:
+    """Real-looking scale bytes where the content rules look, so lint sees a healthy
+    checkpoint: E4M3 block scales spread over the mantissa, E8M0 ones two or
+    three exponents wide, per-tensor F32 scales shared by an expert's w1/w3."""
+    rng = random.Random(0)
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        n = min(end - begin, SCALE_PREFIX)
+        if entry["dtype"] == "F8_E4M3" and name.endswith(".weight_scale"):
+            data = bytes(rng.randrange(0x30, 0x7F) for _ in range(n))
+        elif entry["dtype"] == "F8_E8M0":
+            data = bytes(rng.randrange(0x78, 0x7B) for _ in range(n))
+        elif entry["dtype"] == "F32" and entry["shape"] == []:
+            data = struct.pack("<f", 2.0**-9 if name.endswith("weight_scale_2") else 2.0**-5)
+        else:
+            continue
+        f.seek(data_start + begin)
+        f.write(data)
 
 
 def _config(n_tensors: int) -> dict:

@@ -50,7 +50,10 @@ def group_tensors(tensors: Iterable[TensorInfo]) -> dict[str, ModuleTensors]:
     tensors = list(tensors)
     stems = frozenset(t.name[: -len("_blocks")] for t in tensors if t.name.endswith("_blocks"))
     grouped: dict[str, dict[str, TensorInfo]] = {}
-    for t in tensors:
-        module, param = split_name(t.name, stems)
-        grouped.setdefault(module, {})[param] = t
+    suffixes = PARAM_SUFFIXES
+    for t in tensors:  # hot loop (one pass per tensor): split_name's common case inlined
+        module, dot, last = t.name.rpartition(".")
+        if not (dot and last in suffixes):
+            module, last = split_name(t.name, stems)
+        grouped.setdefault(module, {})[last] = t
     return {m: ModuleTensors(m, params) for m, params in grouped.items()}

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from specguard.checkpoint.header import TensorInfo
-from specguard.checkpoint.source import Checkpoint
-from specguard.formats.classify import classify_params
+from specguard.checkpoint.source import Checkpoint, gc_paused
+from specguard.formats.classify import Classified, classify_params
 from specguard.formats.modules import group_tensors
 from specguard.formats.scheme import Scheme
 
@@ -52,8 +52,19 @@ class ModuleTable:
 
 def classify(checkpoint: Checkpoint) -> ModuleTable:
     """Group the checkpoint's tensors into modules and classify each from its header."""
+    with gc_paused():  # builds one record per module, all kept (see checkpoint.source)
+        return _classify(checkpoint)
+
+
+def _classify(checkpoint: Checkpoint) -> ModuleTable:
     modules: dict[str, Module] = {}
+    seen: dict[tuple, Classified] = {}
     for name, mt in group_tensors(checkpoint.tensors.values()).items():
-        c = classify_params(mt.params)
+        # Classification reads only suffixes, dtypes and shapes: the 256 experts of
+        # a layer share one answer, so classify each distinct signature once.
+        key = tuple((p, t.dtype, t.shape) for p, t in mt.params.items())
+        c = seen.get(key)
+        if c is None:
+            c = seen[key] = classify_params(mt.params)
         modules[name] = Module(name, mt.params, c.scheme, c.missing)
     return ModuleTable(checkpoint, modules)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specguard.checkpoint.source import gc_paused
 from specguard.lint import (  # noqa: F401  (registration)
     rules_draft,
     rules_integrity,
@@ -41,6 +42,12 @@ class LintResult:
 def lint(resolvers: list[Resolver], *, select_codes: Iterable[str] | None = None,
          ignore_codes: Iterable[str] | None = None) -> LintResult:
     """Run the selected rules over a target (and optional drafter) checkpoint."""
+    with gc_paused():  # the content rules build large transient arrays of small objects
+        return _lint(resolvers, select_codes, ignore_codes)
+
+
+def _lint(resolvers: list[Resolver], select_codes: Iterable[str] | None,
+          ignore_codes: Iterable[str] | None) -> LintResult:
     ctx = LintContext(resolvers)
     findings: list[Finding] = []
     bytes_by_rule: dict[str, int] = {}

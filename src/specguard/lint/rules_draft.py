@@ -9,10 +9,10 @@ from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
 
 
-def _stored_draft_layers(r) -> set[int]:
+def _stored_draft_layers(ctx: LintContext, r) -> set[int]:
     """Runtime layers with draft tensors (drafter-wide modules such as DSpark's main_proj have no layer)."""
-    roles = (r.layout.role(m) for m in r.table.modules)
-    return {role.layer for role in roles if role.is_draft and role.layer is not None}
+    return {rt.role.layer for rt in ctx.routes(r)
+            if rt.stored is not None and rt.role.is_draft and rt.role.layer is not None}
 
 
 @rule("SG301", "draft-weights-missing", ERROR,
@@ -20,7 +20,7 @@ def _stored_draft_layers(r) -> set[int]:
 def draft_missing(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         promised = list(r.layout.draft_layers)
-        if promised and not _stored_draft_layers(r):
+        if promised and not _stored_draft_layers(ctx, r):
             n = r.layout.num_hidden_layers
             yield Finding(
                 "SG301", ERROR,
@@ -37,7 +37,7 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
 def draft_count(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         promised = set(r.layout.draft_layers)
-        stored = _stored_draft_layers(r)
+        stored = _stored_draft_layers(ctx, r)
         if not stored or stored == promised:
             continue
         extra, absent = sorted(stored - promised), sorted(promised - stored)

@@ -10,7 +10,7 @@ import numpy as np
 from specguard.formats import scheme as s
 from specguard.formats.settle import scale_tensor
 from specguard.formats.sniff import E4M3, E8M0, SAMPLE_BYTES, sniff_scale_bytes
-from specguard.lint.content import is_per_tensor
+from specguard.lint.content import ScaleColumn, ScaleSamples
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
@@ -31,58 +31,66 @@ NON_NEGATIVE = frozenset({"weight_scale", "weight_scale_inv", "scale", "weight_s
 def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         samples = ctx.scales(r)
-        problems: dict[str, list[str]] = defaultdict(list)
-        for sm in samples:
-            for what in _problems(sm):
-                problems[what].append(sm.tensor.name)
-        for what, names in _outliers(samples).items():
-            problems[what].extend(names)
-        for what, names in sorted(problems.items()):
+        problems: dict[str, set[int]] = defaultdict(set)
+        for col in samples.columns:
+            for what, owners in _problems(col, samples):
+                if owners:
+                    problems[what] |= owners
+        for what, owners in _outliers(samples).items():
+            problems[what] |= owners
+        for what, owners in sorted(problems.items()):
+            names = samples.names_of(sorted(owners))
             yield Finding(
                 "SG401", ERROR, f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
                 "re-export the affected scales; a checkpoint must never carry uninitialized memory",
             )
 
 
-def _problems(sm) -> list[str]:
-    v, t = sm.values, sm.tensor
-    out = []
-    if t.dtype == "F8_E8M0" and (np.frombuffer(sm.raw, np.uint8) == 0xFF).any():
-        out.append("hold E8M0 0xFF (NaN)")
-    elif t.dtype != "U8" and not np.isfinite(v).all():
-        out.append("hold NaN or Inf")
-    if t.dtype in ("F32", "BF16", "F16"):
-        if (v == FINFO_MIN).any():
-            out.append("hold vLLM's finfo(float32).min fill value")
-        elif sm.param in NON_NEGATIVE and (v < 0).any():
-            out.append("hold negative values")
-    if is_per_tensor(t) and t.dtype != "U8":
-        fin = v[np.isfinite(v)]
-        if (fin == 0).any():
-            out.append("are zero (a per-tensor scale of 0 erases the layer)")
-        mag = np.abs(fin[fin != 0])
-        if mag.size and ((mag < TINY) | (mag > HUGE)).any():
-            out.append(f"have magnitudes outside [{TINY:g}, {HUGE:g}] (uninitialized memory?)")
-    return out
+def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, set[int]]]:
+    """Each check is one vectorized mask over every sampled element of the dtype."""
+    v, owner = col.values, col.owner
+    per_tensor = samples.per_tensor[owner]
+
+    def hit(mask: np.ndarray) -> set[int]:
+        return set(np.unique(owner[mask]).tolist())
+
+    if col.dtype == "F8_E8M0":
+        yield "hold E8M0 0xFF (NaN)", hit(col.raw == 0xFF)
+    elif col.dtype != "U8":
+        yield "hold NaN or Inf", hit(~np.isfinite(v))
+    if col.dtype in ("F32", "BF16", "F16"):
+        yield "hold vLLM's finfo(float32).min fill value", hit(v == FINFO_MIN)
+        signed = np.isin(samples.params, list(NON_NEGATIVE))[owner]
+        yield "hold negative values", hit((v < 0) & (v != FINFO_MIN) & signed)
+    if col.dtype != "U8":
+        yield "are zero (a per-tensor scale of 0 erases the layer)", hit(per_tensor & (v == 0))
+        mag = np.abs(v)
+        odd = per_tensor & np.isfinite(v) & (v != 0) & ((mag < TINY) | (mag > HUGE))
+        yield f"have magnitudes outside [{TINY:g}, {HUGE:g}] (uninitialized memory?)", hit(odd)
 
 
-def _outliers(samples) -> dict[str, list[str]]:
+def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
     """Per-tensor scales of one layer's experts should agree within orders of magnitude."""
-    groups: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
-    for sm in samples:
-        if is_per_tensor(sm.tensor) and sm.tensor.dtype in ("F32", "BF16", "F16") and sm.values.size:
-            layer = sm.module.split(".experts.")[0] if ".experts." in sm.module else sm.module
-            val = float(np.abs(sm.values).max())
-            if np.isfinite(val) and val > 0:
-                groups[(layer, sm.param)].append((sm.tensor.name, val))
-    out: dict[str, list[str]] = {}
-    for (_, param), items in groups.items():
-        if len(items) < 3:
+    out: dict[str, set[int]] = {}
+    for col in samples.columns:
+        if col.dtype not in ("F32", "BF16", "F16") or not col.owners.size:
             continue
-        med = float(np.median([v for _, v in items]))
-        far = [n for n, v in items if v > med * SIBLING_SPREAD or v < med / SIBLING_SPREAD]
-        if far:
-            out.setdefault(f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x", []).extend(far)
+        peak = np.maximum.reduceat(np.abs(col.values), col.starts)
+        ok = samples.per_tensor[col.owners] & np.isfinite(peak) & (peak > 0)
+        owners, peak = col.owners[ok], peak[ok]
+        keys = samples.layers[owners] + "|" + samples.params[owners]
+        uniq, group = np.unique(keys, return_inverse=True)
+        for g in range(len(uniq)):
+            members = np.flatnonzero(group == g)
+            if members.size < 3:
+                continue
+            vals = peak[members]
+            med = float(np.median(vals))
+            far = members[(vals > med * SIBLING_SPREAD) | (vals < med / SIBLING_SPREAD)]
+            if far.size:
+                param = uniq[g].rsplit("|", 1)[1]
+                what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
+                out.setdefault(what, set()).update(owners[far].tolist())
     return out
 
 

@@ -35,21 +35,23 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     experts = {n: rt.prefix for rt in ctx.routes(r) if rt.kind == "routed_experts" for n in rt.checkpoint_names}
     if not fused and not experts:
         return
+    samples = ctx.scales(r)
     by_layer: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for sm in ctx.scales(r):
-        if sm.param not in GLOBAL_SCALES or not sm.whole or not sm.values.size:
+    for col in samples.columns:
+        if col.dtype not in ("F32", "BF16", "F16"):
             continue
-        if sm.module in fused:
-            key = (fused[sm.module], sm.param)
-        elif sm.module in experts:
-            # w1 and w3 of one expert are fused into w13
-            expert = sm.module.rsplit(".", 1)[0]
-            if not sm.module.endswith((".w1", ".w3")):
+        firsts = col.values[col.starts].tolist()
+        for i, first in zip(col.owners.tolist(), firsts, strict=True):
+            module, param = samples.modules[i], samples.params[i]
+            if param not in GLOBAL_SCALES or not samples.per_tensor[i]:
                 continue
-            key = (expert, sm.param)
-        else:
-            continue
-        by_layer[key].append(float(sm.values.ravel()[0]))
+            if module in fused:
+                key = (fused[module], param)
+            elif module in experts and module.endswith((".w1", ".w3")):
+                key = (module.rsplit(".", 1)[0], param)  # w1 and w3 of one expert fuse into w13
+            else:
+                continue
+            by_layer[key].append(first)
     bad = [k for k, v in by_layer.items() if len(v) > 1 and np.isfinite(v).all() and max(v) > min(v) * 1.0001]
     if bad:
         yield Finding(
