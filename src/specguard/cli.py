@@ -52,10 +52,20 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     return run_rule(args)
 
 
-def _cmd_factory(args: argparse.Namespace) -> int:
+def _demo(argv: list[str]) -> int:
+    from specguard.engine.demo import main as demo_main
+
+    return demo_main(argv)
+
+
+def _factory(argv: list[str]) -> int:
     from specguard.factory.cli import main as factory_main
 
-    return factory_main(args.factory_args)
+    return factory_main(argv)
+
+
+# Subcommands with parsers of their own: everything after the name is theirs.
+PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": _factory}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,13 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
 
-    p = sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
-    p.add_argument("factory_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_factory)
+    sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch)")
+    sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        return PASSTHROUGH[argv[0]](argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
