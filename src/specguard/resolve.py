@@ -125,8 +125,13 @@ class Resolver:
         return list(self._groups)
 
     def canonical(self, prefix: str) -> str | None:
-        """The canonical prefix for any spelling (empty root, DSpark alias), or None."""
-        return self._alias.get(prefix) or (prefix if prefix in self._groups else None)
+        """The canonical prefix for any spelling, or None: DSpark aliases, an empty
+        root (``layers.43...``), the V4.1 wrapper's ``language_model.`` root."""
+        for p in _spellings(prefix):
+            hit = self._alias.get(p) or (p if p in self._groups else None)
+            if hit:
+                return hit
+        return None
 
     def modules(self, prefix: str) -> list[Module]:
         c = self.canonical(prefix)
@@ -210,6 +215,19 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+ROOTS = ("language_model.model.", "language_model.", "model.")
+
+
+def _spellings(prefix: str) -> list[str]:
+    """The prefix as given, then with its root swapped for ``model.`` and for none."""
+    bare = prefix
+    for root in ROOTS:
+        if prefix.startswith(root):
+            bare = prefix[len(root):]
+            break
+    return list(dict.fromkeys([prefix, f"model.{bare}", bare]))
 
 
 def _unquantized(scheme: Scheme | None) -> bool:
