@@ -202,6 +202,14 @@ def multiply_blocks(xp, x: Array, s: Array, br: int, bc: int) -> Array:
     return xp.mul_(v, s[..., :, None, :, None]).reshape(tuple(x.shape))
 
 
+def div_const(xp, a: Array, c: float) -> Array:
+    """a / c, correctly rounded on every device.
+
+    CUDA torch turns ``tensor / python_number`` into a multiply by the
+    reciprocal (one ulp off); a divisor tensor on the same device is divided."""
+    return a / xp.scalar(c, a)
+
+
 def nonzero(xp, s: Array) -> Array:
     """Scale safe to divide by: an all-zero block quantizes to zeros."""
     return xp.where(s == 0, 1.0, s)
@@ -252,7 +260,7 @@ def _scale_name(lay: L.Layout, opt: Options) -> str:
 def _quantize_fp8(xp, lay, x, br, bc, opt) -> dict[str, Array]:
     amax = amax_blocks(xp, x, br, bc)
     sdtype = opt.scale_dtype or lay.scale_dtype
-    t = amax / E4M3_MAX
+    t = div_const(xp, amax, E4M3_MAX)
     if sdtype in E8M0_DTYPES:  # DeepSeek-V4 ue8m0: power-of-two block scales
         codes = e8m0_codes(xp, t, "ceil")
         stored, s = xp.view(codes, sdtype), decode_e8m0(xp, codes)
@@ -282,7 +290,7 @@ def _quantize_nvfp4(xp, lay, x, opt) -> dict[str, Array]:
         tiny = float(np.finfo(np.float32).tiny)
         g = xp.scalar(NVFP4_GLOBAL, x) / xp.where(amax < tiny, tiny, amax)
         g = xp.where(xp.isnan(g) | (g == float("inf")), 1.0, g)
-        sb = cast_e4m3(xp, g * (block_amax / E2M1_MAX))
+        sb = cast_e4m3(xp, g * div_const(xp, block_amax, E2M1_MAX))
         s = xp.f32(sb)
         s = xp.where(s == 0, 0.125, s)
         sb = xp.cast(s, "F8_E4M3")
@@ -290,8 +298,8 @@ def _quantize_nvfp4(xp, lay, x, opt) -> dict[str, Array]:
     else:
         # ModelOpt: scale_2 = amax / (6*448), block = (amax_b / 6) / scale_2 in E4M3;
         # W = q * block * scale_2.
-        g = amax / NVFP4_GLOBAL
-        sb = cast_e4m3(xp, nonzero(xp, (block_amax / E2M1_MAX) / nonzero(xp, g)))
+        g = div_const(xp, amax, NVFP4_GLOBAL)
+        sb = cast_e4m3(xp, nonzero(xp, div_const(xp, block_amax, E2M1_MAX) / nonzero(xp, g)))
         eff = xp.f32(sb) * g
     codes = e2m1_codes(xp, divide_blocks(xp, x, nonzero(xp, eff), 1, 16))
     out = {
@@ -322,7 +330,7 @@ def mx_scale_codes(xp, block_amax: Array, rule: str, elem_max: float, emax: int)
     >= 1.75 (their round_to_power_2), then subtract emax.
     """
     if rule == "ceil":
-        return e8m0_codes(xp, block_amax / elem_max, "ceil")
+        return e8m0_codes(xp, div_const(xp, block_amax, elem_max), "ceil")
     bits = xp.view(block_amax, "I32")
     if rule == "compressed-tensors":
         bits = (bits + (1 << 21)) & -(1 << 23)  # mask = sign + exponent bits
@@ -365,7 +373,7 @@ def _quantize_int4(xp, lay, x, g: int, opt) -> dict[str, Array]:
     sdtype = opt.scale_dtype or lay.scale_dtype
     if sdtype not in FLOAT_SCALE_DTYPES:
         raise ValueError(f"int4 scales are stored as one of {FLOAT_SCALE_DTYPES}")
-    stored = xp.cast(amax_blocks(xp, x, 1, g) / 7.5, sdtype)
+    stored = xp.cast(div_const(xp, amax_blocks(xp, x, 1, g), 7.5), sdtype)
     s = xp.f32(stored)
     s = xp.where(s == 0, _EPS[sdtype], s)  # compressed-tensors' zero-scale guard
     stored = xp.cast(s, sdtype)
