@@ -43,17 +43,18 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
 
 def _finding(r: Resolver, pat: Pattern, modules: list[str], spellings: dict) -> Finding:
     hits = [m for m in modules if pat.matches(m)]
-    where = "checkpoint names only" if hits else "no module name at all"
-    as_glob = ""
+    where = "matches checkpoint names only" if hits else "matches no module name at all"
     if not hits and pat.semantics in _VLLM:
         hits = [m for m in modules if fnmatchcase(m, pat.text)]
         if hits:
-            as_glob = f" (vLLM matches {pat.semantics}; read as a glob it would match checkpoint names only)"
+            where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({spellings[m][0] for m in hits})
     fix = _fix(r, pat, hits, intended) if intended else None
-    msg = f"{pat} matches {where}{as_glob}"
+    msg = f"{pat} {where}"
     if hits:
-        msg += f": it names {describe(hits)}, which the engine builds as {describe(intended)}"
+        layers = sorted({_layer_of(p) for p in intended})
+        msg += (f": it names {len(hits)} checkpoint module(s) ({describe(hits, limit=2)}), "
+                f"which the engine builds under {', '.join(layers)}")
     return Finding("SG101", WARNING, msg, tuple(hits), fix, data={"pattern": pat.text, "key": pat.key,
                                                                     "semantics": pat.semantics,
                                                                     "runtime_prefixes": intended})
@@ -73,3 +74,12 @@ def _fix(r: Resolver, pat: Pattern, hits: list[str], intended: list[str]) -> str
     if draft:
         fix += "; or serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
     return fix
+
+
+def _layer_of(prefix: str) -> str:
+    """``model.layers.2.ffn.experts`` -> ``model.layers.2.*``; other prefixes as they are."""
+    parts = prefix.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part == "layers" and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2]) + ".*"
+    return prefix
