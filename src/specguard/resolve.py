@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
-from specguard.declared import DeclaredScheme, parse_declared
-from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033
+from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
@@ -193,9 +193,13 @@ class Resolver:
         """Exclusion patterns that match the checkpoint name but no runtime spelling:
         the author meant this module, the engine will never see it matched."""
         out = []
-        spellings = self.layout.runtime_prefixes(name)
+        spellings = list(self.layout.runtime_prefixes(name))
+        v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
         for pat in self.declared_config.exclusions:
-            if pat.matches(name) and not any(pat.matches(p) for p in spellings):
+            if pat.semantics == FNMATCHCASE and kind != "routed_experts":
+                continue  # the V4.1 ``ignore`` list is consulted for routed experts only
+            engine = v41 if pat.semantics == FNMATCHCASE else spellings
+            if pat.matches(name) and not any(pat.matches(p) for p in engine):
                 out.append(str(pat))
         return tuple(out)
 

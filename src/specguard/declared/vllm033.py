@@ -93,6 +93,17 @@ _V4_RENAME_SUFFIX = (("head.weight", "lm_head.weight"), ("embed.weight", "embed_
                      (".ffn.gate.bias", ".ffn.gate.e_score_correction_bias"))
 
 
+def v41_ignore_name(prefix: str, num_hidden_layers: int) -> str | None:
+    """The name deepseek_v41's ``_is_nvfp4_expert_layer`` matches ``ignore`` entries
+    against: ``mtp.{L-N}.ffn.experts`` for a draft layer, ``layers.{L}.ffn.experts``
+    otherwise (None for a prefix that is not a routed-experts layer)."""
+    m = _EXPERTS_LAYER_RE.search(prefix)
+    if m is None:
+        return None
+    idx = int(m.group(1))
+    return (f"mtp.{idx - num_hidden_layers}" if idx >= num_hidden_layers else f"layers.{idx}") + ".ffn.experts"
+
+
 def deepseek_v4_rename(name: str, *, v41: bool = False) -> str:
     """A name through DeepSeek-V4's ``hf_to_vllm_mapper.get_rename_mapper()``
     (``WeightsMapper._map_name_with_shard`` order: regex, substr, prefix, suffix;
@@ -337,8 +348,7 @@ class Vllm033:
         if m is None or not ignore:
             return True, "_is_nvfp4_expert_layer: moe_quant_algo=NVFP4 and no ModelOpt-style ignore list"
         n = int(self.text.get("num_hidden_layers") or 0)  # the target's hf_text_config
-        idx = int(m.group(1))
-        name = (f"mtp.{idx - n}" if idx >= n else f"layers.{idx}") + ".ffn.experts"
+        name = v41_ignore_name(prefix, n)
         hit = next((p for p in ignore if fnmatchcase(name, p)), None)
         if hit is None:
             return True, f"_is_nvfp4_expert_layer: {name!r} matches no ignore entry {ignore}"

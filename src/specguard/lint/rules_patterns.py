@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
 
-from specguard.declared import VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
-from specguard.declared.vllm033 import deepseek_v4_rename
+from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
+from specguard.declared.vllm033 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import WARNING, Finding
@@ -14,6 +14,15 @@ from specguard.lint.registry import rule
 from specguard.resolve import Resolver
 
 _VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
+
+
+def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
+    """The names the engine tests ``pat`` against: the runtime prefixes, or for the
+    V4.1 ``ignore`` list the ``mtp.{k}.ffn.experts`` names it rebuilds from them."""
+    if pat.semantics != FNMATCHCASE:
+        return runtime
+    n = r.layout.num_hidden_layers
+    return [x for x in (v41_ignore_name(p, n) for p in runtime) if x is not None]
 
 
 def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
@@ -36,7 +45,7 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
         spellings = {m: r.layout.runtime_prefixes(m) for m in modules}
         runtime = sorted({p for ps in spellings.values() for p in ps})
         for pat in r.declared_config.exclusions:
-            if any(q.matches(p) for q in _engine_spellings(r, pat) for p in runtime):
+            if any(q.matches(p) for q in _engine_spellings(r, pat) for p in engine_names(r, pat, runtime)):
                 continue
             yield _finding(r, pat, modules, spellings)
 
