@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -99,7 +99,7 @@ class LoadReport:
     findings: tuple[Finding, ...]
     checked: int  # tensors poisoned/tracked and checked
     skipped: tuple[tuple[str, str], ...] = ()  # (name, why) for tensors the guard cannot check
-    notes: tuple[str, ...] = field(default=(), compare=True)
+    notes: tuple[str, ...] = ()  # e.g. writes the recorder could not locate
 
     @property
     def ok(self) -> bool:
