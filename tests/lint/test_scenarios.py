@@ -79,3 +79,22 @@ def test_select_and_ignore(scenarios):
     rs = resolvers_for(scenarios["s1"])
     assert {f.code for f in lint(rs, select_codes=["SG2"]).findings} == {"SG201", "SG202"}
     assert {f.code for f in lint(rs, ignore_codes=["SG2", "SG101"]).findings} == set()
+
+
+def test_the_fix_lint_recommends_for_s1_clears_it(scenarios, tmp_path):
+    """SG101/SG201 advise a ModelOpt-style `ignore` list; applied, nothing is left to report."""
+    import json
+    import shutil
+
+    from specguard.resolve import Resolver
+
+    fixed = tmp_path / "s1-fixed"
+    shutil.copytree(scenarios["s1"].path, fixed)
+    cfg = json.loads((fixed / "config.json").read_text())
+    q = cfg["quantization_config"]
+    q.pop("ignored_layers")
+    q["ignore"] = ["mtp.*"]
+    (fixed / "config.json").write_text(json.dumps(cfg))
+    r = Resolver.open(fixed)
+    assert [f.code for f in lint([r]).findings] == []
+    assert all(rt.verdict == "ok" for rt in r.routes())
