@@ -91,7 +91,8 @@ def measure(loaded: Loaded, prompts: list[list[int]], new_tokens: int, k: int,
     plain_s = spec_s = 0.0
     tokens = 0
     identical = True
-    speculative_generate(loaded.model, prompts[0], 8, k, loaded.drafter)  # warm-up (CUDA, allocator)
+    greedy_generate(loaded.model, prompts[0], 8)  # warm-up (CUDA kernels, allocator)
+    speculative_generate(loaded.model, prompts[0], 8, k, loaded.drafter)
     for prompt in prompts:
         plain = greedy_generate(loaded.model, prompt, new_tokens)
         spec = speculative_generate(loaded.model, prompt, new_tokens, k, loaded.drafter)
@@ -145,7 +146,7 @@ def print_results(console: object, scenario: str, results: list[PolicyResult]) -
 
     table = Table(title=DEMO_SCENARIOS[scenario], title_justify="left")
     for h in HEADERS:
-        table.add_column(h, justify="left" if h == "policy" else "right")
+        table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=True)
     for row in result_rows(results):
         table.add_row(*row)
     console.print(table)  # type: ignore[attr-defined]
@@ -156,7 +157,7 @@ def print_results(console: object, scenario: str, results: list[PolicyResult]) -
         if r.policy == "global" and r.report is not None:
             console.print(f"LoadGuard report for the global load ({scenario}); parameters never written "  # type: ignore[attr-defined]
                           "hold the guard's NaN poison, where vLLM leaves torch.empty memory:")
-            console.print(r.report)  # type: ignore[attr-defined]
+            console.print(str(r.report), soft_wrap=True)  # type: ignore[attr-defined]
 
 
 def plot(results: list[PolicyResult], path: Path, k: int) -> None:
@@ -245,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specguard demo: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     console = Console()
+    if not console.is_terminal:  # pipes and logs: keep the tables' rows on one line
+        console = Console(width=150)
     scenarios = list(DEMO_SCENARIOS) if args.scenario == "all" else [args.scenario]
     prompts = prompts_from_held_out(args.prompts)
     t0 = time.perf_counter()
