@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.model import ModelConfig, Transformer
+from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
 
 TINY = ModelConfig(dim=128, n_layers=2, n_routed_experts=4, max_seq_len=64)
 
@@ -69,3 +69,23 @@ def test_cache_rollback_overwrites_rejected_positions() -> None:
         rolled, _ = model(b, caches)
         fresh, _ = model(torch.cat([a, b], dim=1))
     torch.testing.assert_close(rolled, fresh[:, 10:])
+
+
+def test_dspark_drafter_uses_dspark_checkpoint_names() -> None:
+    names = set(DSparkDrafter(TINY, n_stages=3).state_dict())
+    assert {"mtp.0.main_proj.weight", "mtp.0.main_norm.weight", "mtp.2.norm.weight",
+            "mtp.1.ffn.experts.0.w1.weight", "mtp.2.attn.wkv.weight"} <= names
+    assert not any(n.startswith(("mtp.0.norm", "mtp.1.norm", "mtp.0.e_proj", "embed", "head")) for n in names)
+
+
+def test_dspark_cached_drafting_matches_full_recompute() -> None:
+    torch.manual_seed(2)
+    model, drafter = Transformer(TINY).eval(), DSparkDrafter(TINY, n_stages=2).eval()
+    tokens = torch.randint(0, 256, (1, 12))
+    with torch.no_grad():
+        _, feats = model(tokens, capture=drafter.target_layers)
+        assert feats.shape[-1] == 2 * TINY.dim
+        full, _ = drafter(model, feats[:, :-1], tokens[:, 1:])
+        caches = model.new_caches(2)
+        parts = [drafter(model, feats[:, a:b], tokens[:, a + 1 : b + 1], caches)[0] for a, b in ((0, 6), (6, 11))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full)

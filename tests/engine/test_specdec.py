@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from specguard.engine.model import Transformer
-from specguard.engine.specdec import SpecStats, greedy_generate, speculative_generate
-from specguard.engine.weights import load_weights
+from specguard.engine.specdec import DSparkDraft, SpecStats, greedy_generate, speculative_generate
+from specguard.engine.weights import load_dspark, load_weights
 
 NEW = 40
 
@@ -19,6 +19,19 @@ def test_output_identical_to_plain_greedy(trained: Transformer, prompts: list[li
         spec = speculative_generate(trained, prompt, NEW, k=k)
         assert spec.tokens == plain
         assert spec.stats is not None and spec.stats.num_accepted_tokens > 0
+
+
+def test_separate_dspark_drafter_is_lossless_and_accepted(
+    trained: Transformer, prompts: list[list[int]]
+) -> None:
+    drafter = DSparkDraft(trained, load_dspark())
+    stats = SpecStats(3)
+    for prompt in prompts[:3]:
+        spec = speculative_generate(trained, prompt, NEW, k=3, drafter=drafter)
+        assert spec.tokens == greedy_generate(trained, prompt, NEW).tokens
+        assert spec.stats is not None
+        stats.merge(spec.stats)
+    assert stats.per_position_rate[0] >= 0.40
 
 
 def test_lossless_even_with_a_garbage_drafter(prompts: list[list[int]]) -> None:
