@@ -36,3 +36,7 @@ FP4_PAIR64 = np.ascontiguousarray(FP4_PAIR_TABLE).view(np.int64).reshape(256)
 _INT4_PAIRS = np.stack([(_BYTES & 0xF).astype(np.float32) - 8,
                         (_BYTES >> 4).astype(np.float32) - 8], axis=-1)
 INT4_PAIR64 = np.ascontiguousarray(_INT4_PAIRS).view(np.int64).reshape(256)
+# Two E4M3 bytes (read as one little-endian uint16) -> their two float32 values.
+_U16 = np.arange(65536, dtype=np.uint32)
+E4M3_PAIR64 = np.ascontiguousarray(
+    np.stack([E4M3_TABLE[_U16 & 0xFF], E4M3_TABLE[_U16 >> 8]], axis=-1)).view(np.int64).reshape(-1)
