@@ -69,3 +69,23 @@ def test_s8_nvfp4_modelopt_files(written) -> None:
     assert q["quant_method"] == "modelopt" and q["quant_algo"] == "NVFP4"
     assert q["ignore"] == hf["quantization"]["exclude_modules"]
     assert q["config_groups"]["group_0"]["weights"]["group_size"] == 16
+
+
+def test_vllm_parses_every_quantization_config(written) -> None:
+    """The consumer's own parsers accept what the factory writes (vLLM 0.33)."""
+    pytest.importorskip("vllm")
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+    from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
+
+    mo = written["s8-nvfp4"]
+    for cfg in (_config(mo)["quantization_config"], _config(mo, "hf_quant_config.json")):
+        parsed = ModelOptNvFp4Config.from_config(cfg)
+        assert parsed.group_size == 16 and "lm_head" in parsed.exclude_modules
+    assert DeepseekV4FP8Config.from_config(
+        _config(written["s1"])["quantization_config"]).ignored_layers == ["mtp.*"]
+    for name in ("s3", "s3-fp8", "s1-dspark", "s5", "s7"):
+        q = DeepseekV4FP8Config.from_config(_config(written[name])["quantization_config"])
+        assert q.weight_block_size == [128, 128]
+    assert Fp8Config.from_config(_config(written["s6"])["quantization_config"]).weight_block_size \
+        == [128, 128]
