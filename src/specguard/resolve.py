@@ -182,6 +182,8 @@ class Resolver:
         role, kind = self.layout.role(first), self.layout.module_kind(first)
         stored, sniff = self._stored(mods)
         declared = self.declared_config.scheme_for(prefix, kind=kind)
+        if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
+            declared = DeclaredScheme(self.declared_config.unquantized, "built without a quant config by the model")
         vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
         unmatched = self._unmatched(first, prefix, kind)

@@ -226,7 +226,7 @@ class Vllm033:
         cls = self.quant_config_class(model)
         if kind in (r.NORM, r.OTHER):
             return self._plain(d, cls, "Parameter", "not a quantizable layer")
-        if self._built_without_quant_config(runtime_prefix, kind, model):
+        if self.built_without_quant_config(runtime_prefix, kind):
             return self._plain(d, cls, "UnquantizedLinearMethod",
                                "the model builds this layer with quant_config=None")
         if cls is None:
@@ -270,7 +270,8 @@ class Vllm033:
         kind = self.draft_kind or role.draft_kind or ""
         return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(kind, MTP_MODEL)
 
-    def _built_without_quant_config(self, prefix: str, kind: str, model: str) -> bool:
+    def built_without_quant_config(self, prefix: str, kind: str) -> bool:
+        """Layers the model class builds with ``quant_config=None``: no config can quantize them."""
         family = self.layout.family
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
