@@ -27,6 +27,8 @@ def save_file(
     The dtype label comes from the array's numpy dtype: uint8 -> U8,
     ml_dtypes.float8_e8m0fnu -> F8_E8M0, ml_dtypes.bfloat16 -> BF16, ...
     Packed FP4 is stored as U8 bytes, as ModelOpt and compressed-tensors do.
+    Shapes are kept as given: a 0-d array is written with shape ``[]`` (ModelOpt's
+    scalar ``weight_scale_2`` / ``input_scale``), not widened to ``[1]``.
     """
     header: dict[str, object] = {}
     if metadata:
@@ -34,7 +36,8 @@ def save_file(
     offset = 0
     blobs: list[bytes] = []
     for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name])
+        # np.ascontiguousarray would turn a 0-d array into shape (1,)
+        arr = np.require(tensors[name], requirements="C")
         dtype = FROM_NUMPY.get(arr.dtype)
         if dtype is None:
             raise TypeError(f"{name}: no safetensors dtype for numpy dtype {arr.dtype}")
