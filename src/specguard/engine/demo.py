@@ -152,7 +152,7 @@ def print_results(console: object, scenario: str, results: list[PolicyResult]) -
     console.print(table)  # type: ignore[attr-defined]
     for r in results:
         if r.error:
-            console.print(f"  {r.policy}: load fails, as in vLLM 0.33: {r.error}")  # type: ignore[attr-defined]
+            console.print(f"  {r.policy}: the load fails (vLLM 0.33 fails to load this draft too): {r.error}")  # type: ignore[attr-defined]
     for r in results:
         if r.policy == "global" and r.report is not None:
             console.print(f"LoadGuard report for the global load ({scenario}); parameters never written "  # type: ignore[attr-defined]
@@ -175,7 +175,11 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
             r = next((x for x in results if x.scenario == scenario and x.policy == policy), None)
             rates = r.stats.per_position_rate if r and r.stats else [0.0] * k
             label = policy + (" (load fails)" if r and r.error else "")
-            ax.bar([p + i * width for p in range(k)], [100 * x for x in rates], width, label=label)
+            xs = [p + i * width for p in range(k)]
+            ax.bar(xs, [100 * x for x in rates], width, label=label)
+            for x, rate in zip(xs, rates, strict=True):
+                if r and r.stats and rate < 0.01:  # make a collapsed drafter visible
+                    ax.text(x, 1, "0", ha="center", va="bottom", fontsize=8)
         ax.set_xticks([p + width for p in range(k)], [f"pos {p}" for p in range(k)])
         ax.set_ylim(0, 100)
         ax.set_ylabel("accepted / drafts (%)")
