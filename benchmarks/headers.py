@@ -13,15 +13,13 @@ fastest peer and within 1.5x of the floor.
 
 from __future__ import annotations
 
-import argparse
 import json
 import struct
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import default_root, write_sparse
+from synth import bench_checkpoint, take_turns
 
 from specguard.checkpoint import open_checkpoint
 
@@ -59,29 +57,13 @@ def with_specguard(root: Path) -> int:
     return len(open_checkpoint(root).tensors)
 
 
-def interleaved(fns: dict, root: Path, repeat: int) -> dict[str, tuple[float, int]]:
-    """Best time of each reader, taking turns so machine noise hits all alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    counts: dict[str, int] = {}
-    for _ in range(repeat):
-        for label, fn in fns.items():
-            t = time.perf_counter()
-            counts[label] = fn(root)
-            times[label].append(time.perf_counter() - t)
-    return {k: (min(v), counts[k]) for k, v in times.items()}
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tensors", type=int, default=100_000)
-    ap.add_argument("--shards", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
-    root = write_sparse(default_root().with_name(f"v4-{args.tensors}-{args.shards}"), args.tensors, args.shards)
-    results = interleaved({
+    root, args = bench_checkpoint(__doc__, repeat=5)
+    best, counted = take_turns({
         "floor (read + json.loads)": floor, "safetensors safe_open": with_safetensors,
         "huggingface_hub local metadata": with_hf_hub, "specguard header pass": with_specguard,
     }, root, args.repeat)
+    results = {k: (best[k], counted[k]) for k in best}
     counts = {n for _, n in results.values()}
     assert len(counts) == 1, f"readers disagree on the tensor count: {results}"
     shards = len(list(root.glob("*.safetensors")))

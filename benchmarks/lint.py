@@ -10,13 +10,11 @@ findings on it (zero scales): the work is the same as on real bytes.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import default_root, write_sparse
+from synth import bench_checkpoint, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -33,21 +31,10 @@ def lint_pass(root: Path) -> object:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tensors", type=int, default=100_000)
-    ap.add_argument("--shards", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    root = write_sparse(default_root().with_name(f"v4-{args.tensors}-{args.shards}"), args.tensors, args.shards)
-    times: dict[str, list[float]] = {"inspect": [], "lint": []}
-    result = None
-    for _ in range(args.repeat):
-        for label, fn in (("inspect", inspect_pass), ("lint", lint_pass)):
-            t = time.perf_counter()
-            out = fn(root)
-            times[label].append(time.perf_counter() - t)
-            result = out if label == "lint" else result
-    ins, lnt = min(times["inspect"]), min(times["lint"])
+    root, args = bench_checkpoint(__doc__)
+    best, results = take_turns({"inspect": inspect_pass, "lint": lint_pass}, root, args.repeat)
+    result = results["lint"]
+    ins, lnt = best["inspect"], best["lint"]
     print(f"checkpoint: {len(open_checkpoint(root).tensors):,} tensors, {result.checkpoint_bytes / 1e12:.2f} TB "
           f"(sparse); best of {args.repeat}")
     print(f"  inspect (headers + classify)   {ins * 1000:8.1f} ms")

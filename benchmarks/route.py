@@ -8,13 +8,11 @@ Goal: route <= 1.5x inspect.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import default_root, write_sparse
+from synth import bench_checkpoint, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -30,20 +28,9 @@ def route_pass(root: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tensors", type=int, default=100_000)
-    ap.add_argument("--shards", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    root = write_sparse(default_root().with_name(f"v4-{args.tensors}-{args.shards}"), args.tensors, args.shards)
-    times: dict[str, list[float]] = {"inspect": [], "route": []}
-    counts = {}
-    for _ in range(args.repeat):  # take turns so machine noise hits both alike
-        for label, fn in (("inspect", inspect_pass), ("route", route_pass)):
-            t = time.perf_counter()
-            counts[label] = fn(root)
-            times[label].append(time.perf_counter() - t)
-    ins, rte = min(times["inspect"]), min(times["route"])
+    root, args = bench_checkpoint(__doc__)
+    best, counts = take_turns({"inspect": inspect_pass, "route": route_pass}, root, args.repeat)
+    ins, rte = best["inspect"], best["route"]
     n = len(open_checkpoint(root).tensors)
     print(f"checkpoint: {n:,} tensors, {counts['inspect']:,} modules, {counts['route']:,} runtime modules; "
           f"best of {args.repeat}")

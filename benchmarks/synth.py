@@ -6,10 +6,13 @@ Shared by the header, route and lint benchmarks.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 DTYPE_BITS = {"U8": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F32": 32, "BF16": 16}
@@ -114,3 +117,26 @@ def _config(n_tensors: int) -> dict:
 
 def default_root() -> Path:
     return Path(os.environ.get("SPECGUARD_BENCH_DIR", "/tmp/specguard-bench")) / "v4-100k"
+
+
+def bench_checkpoint(doc: str | None = None, repeat: int = 3) -> tuple[Path, argparse.Namespace]:
+    """Parse the common benchmark flags and return the (cached) synthetic checkpoint."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--tensors", type=int, default=100_000)
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    args = ap.parse_args()
+    root = write_sparse(default_root().with_name(f"v4-{args.tensors}-{args.shards}"), args.tensors, args.shards)
+    return root, args
+
+
+def take_turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> tuple[dict, dict]:
+    """Best time and last result of each function, taking turns so machine noise hits all alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    results: dict[str, object] = {}
+    for _ in range(repeat):
+        for label, fn in fns.items():
+            t = time.perf_counter()
+            results[label] = fn(root)
+            times[label].append(time.perf_counter() - t)
+    return {k: min(v) for k, v in times.items()}, results

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import mmap
 import operator
 import os
 import re
@@ -113,14 +114,16 @@ class Checkpoint:
             src = np.repeat(begin[idx], counts) + within
             dst = np.repeat(pos[idx], counts) + within
             try:
-                mm = np.memmap(self.root / file, dtype=np.uint8, mode="r")
+                with open(self.root / file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    mm.madvise(mmap.MADV_RANDOM)  # no readahead: each sample is a few bytes far apart
+                    view = np.frombuffer(mm, dtype=np.uint8)
+                    if src.size and int(src.max()) >= view.size:
+                        raise CheckpointError(file, f"truncated: {view.size} bytes, a scale lies past the end")
+                    out[dst] = view[src]
+                    del view
             except (OSError, ValueError) as err:
                 raise CheckpointError(file, f"cannot read: {err}") from err
-            if src.size and int(src.max()) >= mm.size:
-                raise CheckpointError(file, f"truncated: {mm.size} bytes, a scale lies past the end")
-            out[dst] = mm[src]
             self.bytes_read[0] += PAGE * len(np.unique(src // PAGE))
-            del mm
         return out, pos
 
     def read_bytes(self, name: str) -> bytes:
