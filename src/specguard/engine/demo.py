@@ -74,14 +74,15 @@ def export_all(workdir: Path, scenarios: Sequence[str]) -> dict[str, ScenarioInf
     return {name: export_scenario(name, workdir / name) for name in names}
 
 
-def load_case(scenario: str, policy: str, infos: dict[str, ScenarioInfo], device: str) -> Loaded:
+def load_case(scenario: str, policy: str, infos: dict[str, ScenarioInfo], device: str,
+              guard: bool = True) -> Loaded:
     """The model and drafter of ``scenario`` under ``policy`` (raises LoadFailure)."""
     if policy == "bf16":
         if scenario == "s4":  # no BF16 DSpark scenario: the shipped BF16 weights themselves
             return reference(dspark=True, device=device)
-        return load_policy(infos["s8"].path, "bf16", device=device)
+        return load_policy(infos["s8"].path, "bf16", device=device, guard=guard)
     info = infos[scenario]
-    return load_policy(info.path, policy, drafter=info.drafter_path, device=device)
+    return load_policy(info.path, policy, drafter=info.drafter_path, device=device, guard=guard)
 
 
 def measure(loaded: Loaded, prompts: list[list[int]], new_tokens: int, k: int,
@@ -107,9 +108,10 @@ def measure(loaded: Loaded, prompts: list[list[int]], new_tokens: int, k: int,
 
 
 def run_case(scenario: str, policy: str, infos: dict[str, ScenarioInfo], prompts: list[list[int]],
-             new_tokens: int, k: int, device: str, tick: Callable[[], None] = lambda: None) -> PolicyResult:
+             new_tokens: int, k: int, device: str, tick: Callable[[], None] = lambda: None,
+             guard: bool = True) -> PolicyResult:
     try:
-        loaded = load_case(scenario, policy, infos, device)
+        loaded = load_case(scenario, policy, infos, device, guard)
     except LoadFailure as exc:
         for _ in prompts:
             tick()
@@ -202,6 +204,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (1 is fastest for this small model)")
     p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-position acceptance")
+    p.add_argument("--no-guard", action="store_true",
+                   help="load without LoadGuard: never-written parameters keep torch.empty memory, "
+                        "so the global policy's results depend on the allocator (seed 001)")
     return p
 
 
@@ -265,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for policy in POLICIES:
                     progress.update(task, description=f"{scenario} {policy:8s}")
                     results.append(run_case(scenario, policy, infos, prompts, args.new_tokens, args.k,
-                                            args.device, lambda: progress.advance(task)))
+                                            args.device, lambda: progress.advance(task),
+                                            guard=not args.no_guard))
     console.print(f"Greedy decoding of {len(prompts)} held-out prompts x {args.new_tokens} tokens, "
                   f"k = {args.k} draft tokens, device {args.device}. accept = accepted / draft tokens; "
                   "per pos = accepted at position i / drafts; mean len = 1 + accepted / drafts; "

@@ -28,6 +28,7 @@ scenarios' non-expert modules except where the expert load fails first).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -213,7 +214,8 @@ def _load_dir(
     names: list[str],
     layer_of: Mapping[str, int],
     guard_include: list[str] | None,
-) -> tuple[dict[str, torch.Tensor], dict[str, str], LoadReport]:
+    guard: bool = True,
+) -> tuple[dict[str, torch.Tensor], dict[str, str], LoadReport | None]:
     """Float tensors for ``names`` (model state-dict names) from one checkpoint directory."""
     tensors = _read_all(path)
     routes = _by_checkpoint_name(resolver)
@@ -221,7 +223,7 @@ def _load_dir(
                      if r.kind == "routed_experts" and r.stored is not None}
     moe = ld.ReferenceMoE(ld.ExpertConfig.from_dir(path),
                           lambda prefix: expert_routes.get(resolver.canonical(prefix) or prefix, BF16))
-    guard = LoadGuard(moe, policy="report", include=guard_include)
+    lg = LoadGuard(moe, policy="report", include=guard_include) if guard else contextlib.nullcontext()
     current: list[str] = []
 
     def feed() -> Iterator[tuple[str, torch.Tensor]]:
@@ -230,12 +232,12 @@ def _load_dir(
             yield name, t
 
     try:
-        with guard:
+        with lg:
             moe.load_weights(feed())
     except (KeyError, RuntimeError, ValueError) as exc:
         at = f" loading {current[0]}" if current else ""
         raise LoadFailure(f"{policy} routing{at}: {type(exc).__name__}: {exc}") from exc
-    assert guard.report is not None
+    report = lg.report if isinstance(lg, LoadGuard) else None
     out: dict[str, torch.Tensor] = {}
     for layer, stack in layer_of.items():
         for e, (w1, w2, w3) in enumerate(_dequant_experts(moe.experts(int(layer)))):
@@ -256,7 +258,7 @@ def _load_dir(
             raise LoadFailure(f"{path.name}: {module} stored {route.stored.short()}, "
                               f"{policy} routing builds {built}")
         out[name] = _dequant_module(module, route.stored, tensors)
-    return out, expert_routes, guard.report
+    return out, expert_routes, report
 
 
 def _dequant_module(module: str, stored: Scheme, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -289,11 +291,14 @@ def load_policy(
     drafter: Path | None = None,
     base: ModelConfig | None = None,
     device: str | torch.device = "cpu",
+    guard: bool = True,
 ) -> Loaded:
     """Load a factory checkpoint (and S4's separate drafter) under ``policy``.
 
     Raises :class:`LoadFailure` where the engine could not load it (vLLM fails
-    the same way: a KeyError or a shape mismatch at load).
+    the same way: a KeyError or a shape mismatch at load). ``guard=False``
+    loads without LoadGuard: parameters never written then keep whatever
+    ``torch.empty`` returned, so results depend on the allocator (seed 001).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
@@ -304,7 +309,7 @@ def load_policy(
     main = {str(i): f"layers.{i}" for i in range(cfg.n_layers)}
     mtp = _expert_layers("mtp", cfg.n_mtp_layers, cfg.n_layers)
     names = list(model.state_dict())
-    state, routes, report = _load_dir(target, r_target, policy, names, main | mtp, None)
+    state, routes, report = _load_dir(target, r_target, policy, names, main | mtp, None, guard)
     model.load_state_dict(state)
     model = model.to(device).eval()
     if drafter is None:
@@ -316,11 +321,12 @@ def load_policy(
     d_layers = _expert_layers("mtp", len(d_model.mtp), cfg.n_layers)
     include = [f"model.layers.{layer}.*" for layer in d_layers]  # the drafter file holds no main layers
     d_state, d_routes, d_report = _load_dir(drafter, r_drafter, policy, list(d_model.state_dict()),
-                                            d_layers, include)
+                                            d_layers, include, guard)
     d_model.load_state_dict(d_state)
     d_model = d_model.to(device).eval()
-    findings = (report.findings if report else ()) + d_report.findings
-    merged = LoadReport(findings, (report.checked if report else 0) + d_report.checked)
+    merged = None
+    if report is not None and d_report is not None:
+        merged = LoadReport(report.findings + d_report.findings, report.checked + d_report.checked)
     return Loaded(policy, model, DSparkDraft(model, d_model), routes | d_routes, merged)
 
 
