@@ -6,7 +6,9 @@ A routing policy decides, per runtime module, which format an engine builds:
 - ``global``: what vLLM 0.33 builds (``Route.vllm``): for DeepSeek-V4 the one
   global ``moe_quant_algo`` for every expert layer, draft included, and a
   separate drafter built with the target's quant config;
-- ``bf16``: every module BF16, on a BF16 checkpoint (the unquantized reference).
+- ``bf16``: every module BF16, on a BF16 checkpoint (the unquantized
+  reference: S8 for the MTP scenarios; for S4, which has no BF16 twin in the
+  factory, the shipped BF16 weights via :func:`reference`).
 
 Routed experts load through the reference vLLM-style loader
 (:mod:`specguard.engine.loader`): it allocates the parameter set of the method
@@ -43,7 +45,13 @@ from specguard.codecs import torch_backend as tcodecs
 from specguard.engine import loader as ld
 from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
 from specguard.engine.specdec import Drafter, DSparkDraft, MTPDrafter
-from specguard.engine.weights import bf16_state_dict, load_dspark, load_weights, read_bf16_safetensors
+from specguard.engine.weights import (
+    bf16_state_dict,
+    load_dspark,
+    load_weights,
+    packaged_weights,
+    read_bf16_safetensors,
+)
 from specguard.factory import ScenarioInfo, Sizes, write_scenario
 from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
 from specguard.guard import LoadGuard, LoadReport
@@ -94,17 +102,11 @@ def export_scenario(name: str, outdir: Path, model_path: Path | None = None,
     """
     cfg, tensors = bf16_state_dict(model_path)
     if name == "s4":
-        drafter, _ = read_bf16_safetensors(dspark_path or _packaged("dspark.safetensors"))
+        drafter, _ = read_bf16_safetensors(dspark_path or packaged_weights("dspark.safetensors"))
         given = {k: v for k, v in tensors.items() if not k.startswith("mtp.")} | drafter
     else:
         given = dict(tensors)
     return write_scenario(name, outdir, size=sizes_for(cfg), weights=_numpy(given))
-
-
-def _packaged(name: str) -> Path:
-    from specguard.engine.weights import packaged_weights
-
-    return packaged_weights(name)
 
 
 # ----------------------------------------------------------------------------- load
