@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # Bump when the bytes a scenario writes change (keys the sample-checkpoint cache).
-FACTORY_VERSION = "1"
+FACTORY_VERSION = "2"
 
 SCENARIOS: dict[str, str] = {name: sc.title for name, sc in SCENARIO_TABLE.items()}
 

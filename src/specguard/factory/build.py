@@ -20,10 +20,12 @@ import numpy as np
 
 from specguard import codecs
 from specguard.checkpoint.dtypes import FROM_NUMPY
-from specguard.checkpoint.writer import save_index
+from specguard.checkpoint.writer import save_file, save_index
 from specguard.factory.models import EMBED, LM_HEAD, NORM, ModuleSpec
 from specguard.formats.modules import split_name
-from specguard.formats.scheme import BF16, FP8_BLOCK, FP32, PLAIN, UNQUANTIZED, Scheme
+from specguard.formats.scheme import BF16, FP8_BLOCK, FP32, NVFP4, PLAIN, UNQUANTIZED, Scheme
+from specguard.layouts import layout_for
+from specguard.layouts.roles import LINEAR, ROUTED_EXPERTS
 
 
 @dataclass(frozen=True)
@@ -100,25 +102,42 @@ def _extra(spec: ModuleSpec, suffix: str, shape: tuple[int, ...], dtype: str,
     return arr.astype(np.float32) if dtype == "F32" else arr.astype(ml_dtypes.bfloat16)
 
 
-def module_tensors(spec: ModuleSpec, storage: Storage, seed: int,
-                   given: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ExpectedModule]:
-    """The tensors (suffix -> on-disk array) of one module and its expected entry."""
+def module_weight(spec: ModuleSpec, seed: int, given: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The module's BF16 weight (as float32): given, or seeded."""
     wname = f"{spec.name}.weight"
-    if wname in given:
-        w = to_bf16_values(given[wname])
-        if w.shape != spec.shape:
-            raise ValueError(f"{wname}: given shape {w.shape}, the scenario needs {spec.shape}")
+    if wname not in given:
+        return initial_weight(spec, seed)
+    w = to_bf16_values(given[wname])
+    if w.shape != spec.shape:
+        raise ValueError(f"{wname}: given shape {w.shape}, the scenario needs {spec.shape}")
+    return w
+
+
+def input_amax(spec: ModuleSpec, seed: int) -> float:
+    """Seeded calibration amax of the module's input activations."""
+    return float(tensor_seed(seed, spec.name + "#act").uniform(1.0, 8.0))
+
+
+def module_tensors(spec: ModuleSpec, storage: Storage, seed: int,
+                   given: Mapping[str, np.ndarray],
+                   stored: Mapping[str, np.ndarray] | None = None,
+                   ) -> tuple[dict[str, np.ndarray], ExpectedModule]:
+    """The tensors (suffix -> on-disk array) of one module and its expected entry.
+
+    ``stored``: the module's quantized tensors when they were made together with
+    its fused siblings (see :func:`quantize_fused`); otherwise it is quantized alone.
+    """
+    lay = None if storage.format == BF16 else codecs.layout(storage.format, storage.convention)
+    if stored is not None:
+        tensors = dict(stored)
+    elif lay is None:
+        tensors = {"weight": module_weight(spec, seed, given).astype(ml_dtypes.bfloat16)}
     else:
-        w = initial_weight(spec, seed)
-    if storage.format == BF16:
-        tensors = {"weight": w.astype(ml_dtypes.bfloat16)}
-        lay = None
-    else:
-        lay = codecs.layout(storage.format, storage.convention)
         opts = dict(storage.opts)
         if lay.input_scale and "input_amax" not in opts:
-            opts["input_amax"] = float(tensor_seed(seed, spec.name + "#act").uniform(1.0, 8.0))
-        tensors = codecs.quantize(storage.format, w, convention=storage.convention, **opts)
+            opts["input_amax"] = input_amax(spec, seed)
+        tensors = codecs.quantize(storage.format, module_weight(spec, seed, given),
+                                  convention=storage.convention, **opts)
     for suffix, shape, dtype in spec.extras:
         tensors[suffix] = _extra(spec, suffix, shape, dtype, seed, given)
     missing = tuple(s for s in storage.drop if s in tensors)
@@ -127,6 +146,72 @@ def module_tensors(spec: ModuleSpec, storage: Storage, seed: int,
     for s in missing:
         del tensors[s]
     return tensors, _expected(spec, storage, lay, tensors, missing)
+
+
+# Checkpoint names of the gate and up projections vLLM loads into one ``w13``
+# per expert (fused_moe ``make_expert_params_mapping`` ckpt_gate/up_proj_name).
+_EXPERT_GATE_UP = ("w1", "w3", "gate_proj", "up_proj")
+
+
+def fusion_groups(specs: list[ModuleSpec], config: Mapping[str, Any]) -> list[list[ModuleSpec]]:
+    """Modules vLLM loads into one fused layer, as the checkpoint's own layout places
+    them (:mod:`specguard.layouts.fusions`): the shards of a fused linear
+    (``wq_a``/``wkv``, gate/up) share a runtime prefix; an expert's gate and up
+    projections fuse into its ``w13``."""
+    layout = layout_for(config)
+    groups: dict[str, list[ModuleSpec]] = {}
+    for spec in specs:
+        place = layout.place(spec.name)
+        if place.kind == ROUTED_EXPERTS and spec.name.rsplit(".", 1)[-1] in _EXPERT_GATE_UP:
+            key = spec.name.rsplit(".", 1)[0]  # the expert
+        elif place.kind == LINEAR:
+            key = place.runtime_prefix
+        else:
+            continue
+        groups.setdefault(key, []).append(spec)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def shares_global_scale(storage: Storage) -> bool:
+    """Formats with a per-tensor global scale, which fused shards must share."""
+    return storage.format == NVFP4
+
+
+def quantize_fused(group: list[ModuleSpec], storage: Storage, seed: int,
+                   given: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Quantize fused shards against one global scale, as the publishers do before export.
+
+    ModelOpt (``quant_utils.preprocess_linear_fusion``) sets every shard's weight
+    and input amax to the group's max; llm-compressor
+    (``update_fused_layer_weight_global_scales``) sets every ``weight_global_scale``
+    to the group's min, i.e. the max amax. Quantizing the shards stacked along the
+    output dim is exactly that: NVFP4 block scales are per row, and the global
+    scale comes from the amax of the whole stack. Returns name -> tensors.
+    """
+    weights = [module_weight(m, seed, given) for m in group]
+    opts = dict(storage.opts)
+    lay = codecs.layout(storage.format, storage.convention)
+    if lay.input_scale and "input_amax" not in opts:
+        opts["input_amax"] = max(input_amax(m, seed) for m in group)
+    stacked = codecs.quantize(storage.format, np.concatenate(weights, axis=0),
+                              convention=storage.convention, **opts)
+    rows = sum(w.shape[0] for w in weights)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    start = 0
+    for m, w in zip(group, weights, strict=True):
+        stop = start + w.shape[0]
+        out[m.name] = {k: _rows(a, rows, start, stop, k) for k, a in stacked.items()}
+        start = stop
+    return out
+
+
+def _rows(a: np.ndarray, rows: int, start: int, stop: int, suffix: str) -> np.ndarray:
+    """One shard's slice of a stacked tensor; per-tensor scales are shared whole."""
+    if a.size == 1:
+        return a.copy()
+    if a.ndim == 0 or a.shape[0] != rows:
+        raise ValueError(f"{suffix}: shape {a.shape} is neither per-row nor per-tensor")
+    return np.ascontiguousarray(a[start:stop])
 
 
 def _dtype(a: np.ndarray) -> str:
@@ -195,9 +280,14 @@ def write_checkpoint(
     """Write config.json (+ extra JSON files), sharded safetensors and the index."""
     expected: dict[str, ExpectedModule] = {}
     ordered: list[tuple[str, np.ndarray, bool]] = []  # (tensor name, array, in draft shard)
+    fused: dict[str, dict[str, np.ndarray]] = {}
+    for group in fusion_groups(specs, config):
+        storage = storage_of(group[0])
+        if shares_global_scale(storage) and all(storage_of(m) == storage for m in group[1:]):
+            fused |= quantize_fused(group, storage, seed, given)
     for spec in specs:
         storage = storage_of(spec)
-        tensors, exp = module_tensors(spec, storage, seed, given)
+        tensors, exp = module_tensors(spec, storage, seed, given, fused.get(spec.name))
         lay = codecs.layout(storage.format, storage.convention) if storage.format != BF16 else None
         to_draft = draft_shard is not None and exp.role == "draft"
         for suffix, arr in tensors.items():
@@ -212,7 +302,7 @@ def write_checkpoint(
     weight_map: dict[str, str] = {}
     total = 0
     for fname, items in shards.items():
-        _save_file(items, path / fname, {"format": "pt"})
+        save_file(dict(items), path / fname, {"format": "pt"})
         for name, arr in items:
             weight_map[name] = fname
             total += arr.nbytes
@@ -241,23 +331,3 @@ def _shard(ordered: list[tuple[str, np.ndarray, bool]], budget: int,
     if extra:
         shards[draft_shard] = extra  # type: ignore[index]
     return shards
-
-
-def _save_file(items: list[tuple[str, np.ndarray]], path: Path, metadata: dict[str, str]) -> None:
-    """safetensors writer that keeps 0-d shapes (ModelOpt's scalar ``weight_scale_2`` and
-    ``input_scale`` are ``[]``); checkpoint.writer.save_file widens them to ``[1]``."""
-    header: dict[str, Any] = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name, arr in sorted(items, key=lambda kv: kv[0]):
-        arr = np.require(arr, requirements="C")
-        data = arr.tobytes()
-        header[name] = {"dtype": FROM_NUMPY[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little") + raw)
-        for data in blobs:
-            f.write(data)
