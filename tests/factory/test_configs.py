@@ -44,6 +44,10 @@ def test_s2_is_what_compressed_tensors_writes(written) -> None:
     q = _config(written["s2"])["quantization_config"]
     assert q["quant_method"] == "compressed-tensors" and q["version"] == ct.__version__
     assert q["ignore"] == ["lm_head", r"re:.*mtp\..*"]
+    # experts by a per-expert regex, every other Linear by class: the regex wins in
+    # compressed-tensors' match_targets and in vLLM's find_matched_target
+    assert q["config_groups"]["group_0"]["targets"] == [r"re:.*ffn\.experts\.\d+\.w[123]$"]
+    assert q["config_groups"]["group_1"]["targets"] == ["Linear"]
     groups = {}
     for gname, preset, fmt in (("group_0", "NVFP4", "nvfp4-pack-quantized"),
                                ("group_1", "FP8_BLOCK", "float-quantized")):
@@ -65,6 +69,8 @@ def test_s8_nvfp4_modelopt_files(written) -> None:
     assert hf["quantization"]["quant_algo"] == "NVFP4" and hf["quantization"]["group_size"] == 16
     assert "lm_head" in hf["quantization"]["exclude_modules"]
     assert "model.layers.2.eh_proj" in hf["quantization"]["exclude_modules"]
+    # the MTP head: the checkpoint's shared_head.head and vLLM's model.layers.2.head
+    assert "model.layers.2.*head" in hf["quantization"]["exclude_modules"]
     q = _config(info)["quantization_config"]
     assert q["quant_method"] == "modelopt" and q["quant_algo"] == "NVFP4"
     assert q["ignore"] == hf["quantization"]["exclude_modules"]
@@ -89,3 +95,32 @@ def test_vllm_parses_every_quantization_config(written) -> None:
         assert q.weight_block_size == [128, 128]
     assert Fp8Config.from_config(_config(written["s6"])["quantization_config"]).weight_block_size \
         == [128, 128]
+
+
+def test_v4_configs_route_with_the_gate_bias_they_store(written) -> None:
+    """Every V4 scenario stores ``ffn.gate.bias``; vLLM creates its parameter only
+    for ``topk_method: noaux_tc`` (deepseek_v4 model.py), as DeepSeek's configs set it."""
+    for name, info in written.items():
+        for path in filter(None, (info.path, info.drafter_path)):
+            cfg = json.loads((path / "config.json").read_text())
+            has_bias = any(t.endswith(".gate.bias") for t in json.loads(
+                (path / "model.safetensors.index.json").read_text())["weight_map"])
+            if cfg["model_type"] == "deepseek_v4":
+                assert has_bias, name
+            if has_bias or cfg["model_type"] == "deepseek_v3":
+                assert cfg["topk_method"] == "noaux_tc", name
+
+
+def test_vllm_excludes_the_s8_nvfp4_mtp_head(written) -> None:
+    """vLLM's own ModelOpt matching excludes the MTP head where it builds it."""
+    pytest.importorskip("vllm")
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+
+    info = written["s8-nvfp4"]
+    n = info.facts["num_hidden_layers"]
+    for cfg in (_config(info)["quantization_config"], _config(info, "hf_quant_config.json")):
+        q = ModelOptNvFp4Config.from_config(cfg)
+        assert q.is_layer_excluded(f"model.layers.{n}.head")
+        assert q.is_layer_excluded(f"model.layers.{n}.eh_proj")
+        assert not q.is_layer_excluded(f"model.layers.{n}.mlp.experts")
+        assert not q.is_layer_excluded(f"model.layers.{n}.mlp.shared_experts.gate_up_proj")

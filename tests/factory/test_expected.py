@@ -104,6 +104,10 @@ def test_s6_v3_names_and_edge_block(written) -> None:
     n = info.facts["num_hidden_layers"]
     assert exp[f"model.layers.{n}.eh_proj"].role == "draft"
     assert exp[f"model.layers.{n}.shared_head.head"].role == "draft"
+    # vLLM builds the V3 MTP eh_proj as a plain nn.Linear: DeepSeek stores it BF16
+    assert exp[f"model.layers.{n}.eh_proj"].format == BF16
+    assert exp[f"model.layers.{n}.shared_head.head"].format == BF16
+    assert exp[f"model.layers.{n}.self_attn.o_proj"].format == FP8_BLOCK
     kv = exp["model.layers.0.self_attn.kv_a_proj_with_mqa"]
     assert kv.tensors == {"weight": ("F8_E4M3", (192, 256)), "weight_scale_inv": ("F32", (2, 2))}
 

@@ -101,18 +101,25 @@ def nvfp4_conversion(draft_experts: Storage) -> Callable[[ModuleSpec], Storage]:
 
 
 def llm_compressor_bf16_mtp(m: ModuleSpec) -> Storage:
-    """S2: NVFP4 experts and FP8-block attention/shared experts; the MTP block
-    left BF16 (ignored with ``re:.*mtp\\..*``)."""
+    """S2: NVFP4 experts and every other ``Linear`` FP8 block; the MTP block left
+    BF16 (ignored with ``re:.*mtp\\..*``). The router and the head are not
+    ``nn.Linear`` in the model llm-compressor walks (DeepSeek's ``Gate`` and
+    ``ParallelHead``), so ``Linear`` does not reach them: BF16."""
     if m.role == DRAFT:
         return PLAIN_BF16
     if m.kind == EXPERT:
         return NVFP4_CT
-    if m.kind in (ATTN, SHARED):
+    if m.kind in FP8_LINEAR_KINDS:
         return FP8_CT
     return PLAIN_BF16
 
 
 def v3_fp8(m: ModuleSpec) -> Storage:
+    """DeepSeek-V3 as DeepSeek ships it: FP8 block linears and experts; the MTP
+    layer's ``eh_proj`` and ``shared_head.head`` BF16 (vLLM's deepseek_mtp.py
+    builds ``eh_proj`` as a plain ``nn.Linear``, which has no place for FP8 bytes)."""
+    if m.kind == PROJ:
+        return PLAIN_BF16
     return FP8_V3 if m.kind in (*FP8_LINEAR_KINDS, EXPERT) else PLAIN_BF16
 
 
@@ -150,6 +157,9 @@ def v4_config(s: Sizes, *, nextn: int, expert_dtype: str | None = "fp4",
         "num_experts_per_tok": s.experts_per_token,
         "moe_intermediate_size": s.moe_inter,
         "norm_topk_prob": True,
+        # every layer stores ``ffn.gate.bias``; vLLM creates that parameter only for
+        # noaux_tc routing (DeepSeek's own configs say so)
+        "topk_method": "noaux_tc",
         "num_nextn_predict_layers": nextn,
         "rms_norm_eps": 1e-6,
         "max_position_embeddings": 4096,
@@ -229,8 +239,9 @@ def ct_nvfp4_fp8_block(ignore: list[str]) -> dict[str, Any]:
                 "format": "nvfp4-pack-quantized",
             },
             "group_1": {
-                "targets": [r"re:.*attn\.(wq_a|wq_b|wkv|wo_a|wo_b)$",
-                            r"re:.*shared_experts\.w[123]$"],
+                # every other Linear; exact and re: targets win over class targets in
+                # compressed-tensors' match_targets and in vLLM's find_matched_target
+                "targets": ["Linear"],
                 "weights": {"num_bits": 8, "type": "float", "symmetric": True,
                             "group_size": None, "strategy": "block", "block_structure": [128, 128],
                             "dynamic": False, "actorder": None, "scale_dtype": None,
@@ -251,11 +262,17 @@ def ct_nvfp4_fp8_block(ignore: list[str]) -> dict[str, Any]:
 
 def modelopt_exclude(s: Sizes, nextn: int) -> list[str]:
     """What ModelOpt's export lists as not quantized: BF16 attention (per layer, as
-    the ``*self_attn*`` recipe pattern), the MTP eh_proj and shared head, embedding, head."""
+    the ``*self_attn*`` recipe pattern), the MTP eh_proj and shared head, embedding, head.
+
+    The MTP head is listed as ``model.layers.{N}.*head``, a wildcard a careful
+    publisher writes: the checkpoint calls it ``model.layers.{N}.shared_head.head``
+    but vLLM builds it at ``model.layers.{N}.head`` (deepseek_mtp.py SharedHead gets
+    the layer's prefix), which the literal name matches neither exactly, nor as a
+    substring, nor by fnmatch (modelopt.py ``is_layer_excluded``)."""
     layers = range(s.layers + nextn)
+    draft = [s.layers + j for j in range(nextn)]
     return (["lm_head", "model.embed_tokens"] + [f"model.layers.{i}.self_attn*" for i in layers]
-            + [f"model.layers.{s.layers + j}.{m}" for j in range(nextn)
-               for m in ("eh_proj", "shared_head.head")])
+            + [f"model.layers.{i}.{m}" for i in draft for m in ("eh_proj", "*head")])
 
 
 def modelopt_quant(s: Sizes, nextn: int = 1) -> dict[str, Any]:
