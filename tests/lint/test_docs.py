@@ -9,6 +9,8 @@ one precise way; the corruptions are rebuilt here, so a changed rule message
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -134,6 +136,19 @@ def _bf16_wkv(ts: dict) -> None:
         ts[w] = x.astype(ml_dtypes.bfloat16)
 
 
+def _unshared_w13(ts: dict) -> None:
+    """Re-quantize expert 0 of layer 0's w1 and w3 each against its own amax (an NVFP4
+    export that skipped the fused-layer amax unification); input scales kept."""
+    for proj in ("w1", "w3"):
+        m = f"layers.0.ffn.experts.0.{proj}"
+        if f"{m}.weight" not in ts:
+            continue
+        parts = {k: ts[f"{m}.{k}"] for k in ("weight", "weight_scale", "weight_scale_2")}
+        w = codecs.dequantize(s.NVFP4, parts, convention=s.MODELOPT)
+        for k, a in codecs.quantize(s.NVFP4, w, convention=s.MODELOPT).items():
+            ts[f"{m}.{k}"] = a
+
+
 def _stray_mtp_shard(d: Path) -> None:
     """Move the MTP tensors into a shard the index never names."""
     moved, weight_map, total = {}, {}, 0
@@ -193,18 +208,22 @@ VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "s1-garbage-scale": ("s1", lambda d: _edit_tensors(d, _garbage_scale)),
     "s1-relabelled": ("s1", lambda d: _edit_tensors(d, _relabel_e8m0)),
     "s3-mixed-wqa-wkv": ("s3", lambda d: _edit_tensors(d, _bf16_wkv)),
+    "s1-unshared-w13": ("s1", lambda d: _edit_tensors(d, _unshared_w13)),
     "s1-stray-shard": ("s1", _stray_mtp_shard),
     "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
 }
 
 
-@pytest.fixture(scope="module")
-def example(scenarios, tmp_path_factory):
-    """The directory a page's command runs on, named as the page names it."""
-    root = tmp_path_factory.mktemp("rule-examples")
+def example_builder(scenario_path: Callable[[str], Path | None], root: Path) -> Callable[[str], Path]:
+    """``get(name)``: the directory a page's command runs on, named as the page names it.
 
+    A factory scenario (``scenario_path(name)``), else a producer checkpoint under
+    tests/data/producers; a VARIANTS name is a copy of its base under ``root``,
+    edited on first use. scripts/refresh_rule_docs.py builds the pages' examples
+    with this same function.
+    """
     def base(name: str) -> Path:
-        return scenarios[name].path if name in scenarios else PRODUCERS / name
+        return scenario_path(name) or PRODUCERS / name
 
     def get(name: str) -> Path:
         if name not in VARIANTS:
@@ -217,6 +236,20 @@ def example(scenarios, tmp_path_factory):
         return d
 
     return get
+
+
+def lint_transcript(path: Path, name: str, select: str) -> str:
+    """What ``specguard lint PATH --select SELECT`` prints (piped), with PATH shown as ``name``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["lint", str(path), "--select", select])
+    return out.getvalue().replace(str(path), name)
+
+
+@pytest.fixture(scope="module")
+def example(scenarios, tmp_path_factory):
+    root = tmp_path_factory.mktemp("rule-examples")
+    return example_builder(lambda n: scenarios[n].path if n in scenarios else None, root)
 
 
 def _blocks(page: str) -> list[list[str]]:
@@ -259,7 +292,6 @@ def test_every_page_shows_its_rule_firing():
 
 @pytest.mark.parametrize(("code", "name", "select", "expected"), EXAMPLES,
                          ids=[f"{c}-{n}-{s}" for c, n, s, _ in EXAMPLES])
-def test_page_output_is_what_lint_prints(code, name, select, expected, example, capsys):
-    main(["lint", str(example(name)), "--select", select])
-    got = capsys.readouterr().out.replace(str(example(name)), name)
-    assert " ".join(got.split()) == " ".join(expected.split())
+def test_page_output_is_what_lint_prints(code, name, select, expected, example):
+    got = lint_transcript(example(name), name, select)
+    assert " ".join(got.split()) == " ".join(expected.split()), "run scripts/refresh_rule_docs.py"
