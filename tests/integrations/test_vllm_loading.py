@@ -169,7 +169,7 @@ def test_load_model_routes_guards_and_logs_the_draft(
         "specguard: model.layers.2.ffn.experts (draft; checkpoint mtp.0.ffn.experts.*): "
         "stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
         "specguard: 1 draft expert layer stored MXFP4, vLLM would build NVFP4 -> routed MXFP4",
-        "specguard: draft weights: LoadGuard: 13 tensors checked, all written and finite",
+        "specguard: draft weights: LoadGuard: 14 tensors checked, all written and finite",
     ]
 
 

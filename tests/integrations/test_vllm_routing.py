@@ -181,19 +181,18 @@ def test_s2_bf16_draft_tower_is_built_quantized_before_and_unquantized_with_plug
     assert before[draft_shared] == "CompressedTensorsLinearMethod"  # FP8 block
     assert after[draft_experts] == "UnquantizedFusedMoEMethod"
     assert after[draft_shared] == "UnquantizedLinearMethod"
-    # e_proj / h_proj match no config group: vLLM already builds them unquantized.
-    assert before["model.layers.2.e_proj"] == after["model.layers.2.e_proj"] == (
-        "UnquantizedLinearMethod"
-    )
+    # The FP8 group targets class Linear: vLLM builds e_proj / h_proj FP8 over their BF16 bytes too.
+    for proj in ("model.layers.2.e_proj", "model.layers.2.h_proj"):
+        assert before[proj] == "CompressedTensorsLinearMethod"
+        assert after[proj] == "UnquantizedLinearMethod"
     main = [k for k in before if k.startswith("model.layers.0.")]
     assert {k: after[k] for k in main} == {k: before[k] for k in main}
     assert {(d.prefix, d.stored, d.vllm, d.routed) for d in decisions} == {
         (draft_experts, "bf16", "nvfp4", "unquantized"),
         (draft_shared, "bf16", "fp8_block", "unquantized"),
-        # The FP8 group targets `shared_experts\.w[123]$`; vLLM names w2 `down_proj`, so the
-        # main layer's FP8 down_proj is built unquantized. No vLLM method reads
-        # compressed-tensors FP8 without a matching group: logged, left as built.
-        ("model.layers.0.ffn.shared_experts.down_proj", "fp8_block", "unquantized", None),
+        ("model.layers.2.ffn.shared_experts.down_proj", "bf16", "fp8_block", "unquantized"),
+        ("model.layers.2.e_proj", "bf16", "fp8_block", "unquantized"),
+        ("model.layers.2.h_proj", "bf16", "fp8_block", "unquantized"),
     }
 
 

@@ -210,9 +210,6 @@ def mtp_draft_model(vllm_config: Any, quant: Any) -> Any:
 
 
 HELD = ("mtp.0.ffn.", "mtp.0.e_proj.", "mtp.0.h_proj.", "mtp.0.enorm.", "mtp.0.hnorm.")
-# vLLM creates the gate's bias parameter only for ``topk_method: noaux_tc`` configs,
-# which the factory's tiny configs do not declare.
-NOT_HELD = ("mtp.0.ffn.gate.bias",)
 
 
 @functools.cache
@@ -223,7 +220,7 @@ def _mtp_class() -> type:
     class PartialMTP(DeepSeekV4MTP):
         def load_weights(self, weights: Any) -> set[str]:
             return super().load_weights(
-                (n, w) for n, w in weights if n.startswith(HELD) and n not in NOT_HELD
+                (n, w) for n, w in weights if n.startswith(HELD)
             )
 
     return PartialMTP
