@@ -11,6 +11,7 @@ exact names, then regexes, then class names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from specguard.declared.model import (
@@ -23,6 +24,7 @@ from specguard.declared.model import (
 )
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
+from specguard.layouts.roles import ROUTED_EXPERTS
 
 CT = s.COMPRESSED_TENSORS
 
@@ -77,7 +79,12 @@ class CompressedTensorsDeclared(Declared):
         exact = [x for x in targets if not x.text.startswith("re:") and not x.is_class_target]
         regex = [x for x in targets if x.text.startswith("re:")]
         classes = [x for x in targets if x.is_class_target]
-        return (next((x for x in exact + regex if x.matches(name)), None)
+        names = [name]
+        if kind == ROUTED_EXPERTS and not re.search(r"\.\d+\.[^.]+$", name):
+            # a routed-experts layer prefix: look its experts up the way vLLM does
+            # (compressed_tensors_moe.py: ``{prefix}.0.{w1|gate_proj}``)
+            names += [f"{name}.0.w1", f"{name}.0.gate_proj"]
+        return (next((x for x in exact + regex for n in names if x.matches(n)), None)
                 or next((x for x in classes if x.matches_kind(kind)), None))
 
 
