@@ -32,6 +32,7 @@ MISROUTED = "misrouted"
 MISSING = "missing"
 UNMATCHED = "unmatched pattern"
 VERDICTS = (OK, MISROUTED, MISSING, UNMATCHED)
+NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,12 @@ class Resolver:
         stored, sniff = self._stored(mods)
         declared = self.declared_config.scheme_for(prefix, kind=kind)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
-            declared = DeclaredScheme(self.declared_config.unquantized, "built without a quant config by the model")
+            declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
-        unmatched = self._unmatched(first, prefix, kind)
+        # A dead pattern matters only where a config could quantize the module.
+        quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
+        unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched)
         return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
