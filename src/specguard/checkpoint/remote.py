@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import PurePosixPath
 
 import orjson
 
@@ -28,19 +27,17 @@ def open_remote(repo_id: str, revision: str | None):  # -> Checkpoint (import cy
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    from specguard.checkpoint.source import Checkpoint, _merge
+    from specguard.checkpoint.source import Checkpoint, _merge, escapes, weight_map_of
 
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
     try:
         weight_map = None
         if api.file_exists(repo_id, INDEX, revision=revision):
-            index = _json(api, repo_id, INDEX, revision)
-            weight_map = index.get("weight_map") if isinstance(index, dict) else None
-            if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
-                raise CheckpointError(f"{repo_id}/{INDEX}", "weight_map must map tensor names to shard file names")
+            weight_map = weight_map_of(_json(api, repo_id, INDEX, revision), f"{repo_id}/{INDEX}")
             files = sorted(set(weight_map.values()))
             for f in files:
-                _check_shard_name(repo_id, f)
+                if escapes(f):
+                    raise CheckpointError(f"{repo_id}/{INDEX} [{f}]", "shard path escapes the repository")
         elif api.file_exists(repo_id, SINGLE, revision=revision):
             files = [SINGLE]
         else:
@@ -58,12 +55,6 @@ def open_remote(repo_id: str, revision: str | None):  # -> Checkpoint (import cy
     return Checkpoint(
         repo_id, None, tuple(files), tensors, configs["config.json"], configs["hf_quant_config.json"], remote=True
     )
-
-
-def _check_shard_name(repo_id: str, shard: str) -> None:
-    p = PurePosixPath(shard)
-    if p.is_absolute() or ".." in p.parts or "\\" in shard:
-        raise CheckpointError(f"{repo_id}/{INDEX} [{shard}]", "shard path escapes the repository")
 
 
 def _json(api, repo_id: str, name: str, revision: str | None) -> dict:

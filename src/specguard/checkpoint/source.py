@@ -232,9 +232,7 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     """Shards to read, the index's weight_map (None without an index) and its metadata."""
     if (root / INDEX).exists():
         index = _json_file(root, INDEX)
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
-            raise CheckpointError(f"{root / INDEX}", "weight_map must map tensor names to shard file names")
+        weight_map = weight_map_of(index, str(root / INDEX))
         files = sorted(set(weight_map.values()))
         for f in files:
             _check_inside(root, f)
@@ -248,10 +246,23 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     return files, None, {}
 
 
+def weight_map_of(index: object, where: str) -> dict[str, str]:
+    """The index's weight_map, checked to map names to shard file names."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
+        raise CheckpointError(where, "weight_map must map tensor names to shard file names")
+    return weight_map
+
+
+def escapes(shard: str) -> bool:
+    """An absolute path, a ``..`` part or a backslash: a name that leaves its folder."""
+    return os.path.isabs(shard) or ".." in Path(shard).parts or "\\" in shard
+
+
 def _check_inside(root: Path, shard: str) -> None:
     """A shard name must stay inside the checkpoint directory (hostile indexes)."""
     where = f"{root / INDEX} [{shard}]"
-    if os.path.isabs(shard) or ".." in Path(shard).parts or "\\" in shard:
+    if escapes(shard):
         raise CheckpointError(where, "shard path escapes the checkpoint directory")
     real_root = root.resolve()
     real = (root / shard).resolve()
