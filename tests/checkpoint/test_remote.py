@@ -73,3 +73,17 @@ def test_remote_truncated_shard_is_bad_input(hub_env, monkeypatch):
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         with pytest.raises(CheckpointError, match=r"model-00001-of-00002\.safetensors"):
             open_checkpoint("acme/tiny", remote=True)
+
+
+def test_lint_and_route_over_remote_headers(hub_env, monkeypatch, scenarios):
+    """Header rules work on --remote; content rules read nothing (no bytes travel)."""
+    from specguard.lint import lint
+    from specguard.resolve import Resolver
+
+    with HubServer({"acme/s1": scenarios["s1"].path}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        r = Resolver.open("acme/s1", remote=True)
+        result = lint([r])
+    assert {"SG201", "SG202"} <= {f.code for f in result.findings}
+    assert result.bytes_read == 0
+    assert r.route("model.layers.2.ffn.experts").verdict == "misrouted"
