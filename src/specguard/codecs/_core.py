@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from specguard.codecs import _numpy_kernels as K
 from specguard.codecs import layouts as L
 from specguard.codecs._tables import (
     E2M1_MAX,
@@ -533,27 +534,43 @@ def expand_multiply(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> 
 
 
 CHUNK_BYTES = 1024 * 1024  # float32 output per step: stays in L2 between decode and scale
+FUSED_CHUNK_BYTES = 2 * 1024 * 1024  # output per step of the one-gather FP4 kernel (measured best)
+FUSED_MIN_BYTES = 1 << 15  # stored FP4 bytes from which building its 65536-entry table pays off
+
+
+def _out_array(shape: tuple[int, ...], out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, np.float32)
+    if out.shape != tuple(shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}")
+    return out
 
 
 def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
     """numpy: ``expand_multiply`` over row chunks, each decoded and scaled while in cache.
 
-    Per chunk, one gather writes the output rows and one multiply scales them in
-    place: the same operations per element as ``expand_multiply``, so the same
-    bits. ``out``: a float32 C-contiguous array of the logical shape to write
-    into (reusing one spares the page faults of a fresh allocation).
+    Per element the same float32 operations as ``expand_multiply`` (an exact
+    decode, then one multiply by the block scale), so the same bits; only the
+    passes differ (``_numpy_kernels``). ``out``: a float32 C-contiguous array of
+    the logical shape to write into (reusing one spares the page faults of a
+    fresh allocation).
     """
     *lead, rows, cols = d.shape
     br, bc = d.block
-    scale = d.scale(xp)
-    nr, nc = scale.shape[-2:]
+    out = _out_array(tuple(d.shape), out)
     n_lead = int(np.prod(lead)) if lead else 1
-    if out is None:
-        out = np.empty(d.shape, np.float32)
-    elif out.shape != tuple(d.shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float32 array of shape {d.shape}")
     o = out.reshape(n_lead, rows, cols)
     e = d.elements.reshape(n_lead, rows, -1)
+    fused = _byte_scale_kernel(lay, d, e, cols)
+    if fused is not None:  # one scale row per weight row (br == 1)
+        kernel, step = fused
+        sc = xp.view(d.scale_src, "U8").reshape(n_lead, rows, -1)
+        for i in range(n_lead):
+            for r0 in range(0, rows, step):
+                kernel(e[i, r0:r0 + step], sc[i, r0:r0 + step], o[i, r0:r0 + step])
+        return out
+    scale = d.scale(xp)
+    nr, nc = scale.shape[-2:]
     sc = scale.reshape(n_lead, nr, nc)
     step = max(1, CHUNK_BYTES // (4 * cols))
     if nr > 1:  # chunks hold whole block rows
@@ -571,6 +588,24 @@ def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = N
             decode_into(e[i, r0:r1], oc)
             _scale_rows(xp, oc, s, min(br, r1 - r0), bc)
     return out
+
+
+def _byte_scale_kernel(lay: L.Layout, d: Decoded, e: np.ndarray, cols: int):
+    """(kernel, rows per chunk) for one-byte scales over whole single-row blocks, or None.
+
+    Packed FP4 (NVFP4, MXFP4): one gather per byte from a (scale, byte) table;
+    E4M3 (MXFP8): pair gather, then the scales expanded by a gather.
+    """
+    br, bc = d.block
+    if d.table is None or br != 1 or cols % bc or bc % 2:
+        return None
+    if lay.packing in (L.FP4, L.FP4_GPT_OSS) and e.size >= FUSED_MIN_BYTES:
+        step = max(1, min(e.shape[1], FUSED_CHUNK_BYTES // (4 * cols)))
+        return K.fp4_byte_scaled(d.table, bc, step, cols), step
+    if lay.packing == L.NONE and e.dtype.itemsize == 1:
+        step = max(1, min(e.shape[1], CHUNK_BYTES // (4 * cols)))
+        return K.e4m3_byte_scaled(d.table, bc, step, cols), step
+    return None
 
 
 def _numpy_decoder(lay: L.Layout, dtype: np.dtype, stored_cols: int, cols: int):
@@ -614,7 +649,8 @@ def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
         raise ValueError("asymmetric int4 (weight_zero_point) is not supported")
     d = decode(xp, lay, tensors, opt)
     if xp.name == "numpy":
-        return expand_multiply_chunked(xp, lay, d, out)
+        with np.errstate(over="ignore"):  # E8M0 2**127 times 2 or more is inf: the format's value
+            return expand_multiply_chunked(xp, lay, d, out)
     return expand_multiply(xp, lay, d)
 
 
@@ -626,8 +662,8 @@ def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
     cols = qweight.shape[0] * 8
     scales = xp.f32(_pick(tensors, (opt.scale_name,) if opt.scale_name else lay.scale,
                           "scales", lay))
-    zeros = xp.f32(unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows))
-    zeros = zeros - (8.0 if opt.gptq_v2 else 7.0)  # (z - 8); v1 stores z - 1
+    codes = unpack_int4(xp, _pick(tensors, ("qzeros",), "qzeros", lay), rows)
+    zeros = xp.f32(codes) - (8.0 if opt.gptq_v2 else 7.0)  # (z - 8); v1 stores z - 1
     n_groups = scales.shape[0]
     g = cols // n_groups
     if "g_idx" in tensors:
@@ -636,7 +672,8 @@ def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
         g_idx = xp.arange(cols, "I64", like=qweight) // (opt.group_size or g)
     if (xp.name == "numpy" and g * n_groups == cols
             and np.array_equal(g_idx, np.arange(cols) // g)):
-        return _gptq_rows(qweight, zeros, scales, g, out)
+        return K.gptq_rows(qweight, codes, 8.0 if opt.gptq_v2 else 7.0, scales, g,
+                           _out_array((rows, cols), out), CHUNK_BYTES)
     # int32 words along the input dim are little-endian bytes of nibble pairs (q - 8).
     q = _pair_values(xp, INT4_PAIR64, xp.view(qweight, "U8"), None)  # [in/8, out * 8]
     q = q.reshape(cols // 8, rows, 8).swapaxes(1, 2).reshape(cols, rows)  # [in, out]
@@ -646,27 +683,6 @@ def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
         out[...] = result
         return out
     return result
-
-
-def _gptq_rows(qweight: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g: int,
-               out: np.ndarray | None) -> np.ndarray:
-    """numpy, groups in column order: transpose the int32 words once (4 bytes per 8
-    values), then decode output rows in cache-sized chunks with the same two
-    operations per element as the general path."""
-    rows, cols = qweight.shape[1], qweight.shape[0] * 8
-    if out is None:
-        out = np.empty((rows, cols), np.float32)
-    words = np.ascontiguousarray(qweight.T).view(np.uint8)  # [out, in/2] nibble pairs
-    zt, st = np.ascontiguousarray(zeros.T), np.ascontiguousarray(scales.T)  # [out, groups]
-    step = max(1, CHUNK_BYTES // (4 * cols))
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        o = out[r0:r1]
-        np.take(INT4_PAIR64, words[r0:r1], out=o.view(np.int64), mode="wrap")
-        v = o.reshape(r1 - r0, cols // g, g)
-        np.subtract(v, zt[r0:r1, :, None], out=v)
-        np.multiply(v, st[r0:r1, :, None], out=v)
-    return out
 
 
 def _contiguous(xp, a: Array) -> Array:

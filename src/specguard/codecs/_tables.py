@@ -33,9 +33,9 @@ FP4_PAIR_TABLE = np.stack([E2M1_VALUES[_BYTES & 0xF], E2M1_VALUES[_BYTES >> 4]],
 FP4_PAIR64 = np.ascontiguousarray(FP4_PAIR_TABLE).view(np.int64).reshape(256)
 # int4 nibbles (low first) of one byte as float32 (q - 8): compressed-tensors' and
 # GPTQ's int32 words are little-endian byte sequences of such pairs.
-_INT4_PAIRS = np.stack([(_BYTES & 0xF).astype(np.float32) - 8,
-                        (_BYTES >> 4).astype(np.float32) - 8], axis=-1)
-INT4_PAIR64 = np.ascontiguousarray(_INT4_PAIRS).view(np.int64).reshape(256)
+INT4_PAIR_TABLE = np.stack([(_BYTES & 0xF).astype(np.float32) - 8,
+                            (_BYTES >> 4).astype(np.float32) - 8], axis=-1)
+INT4_PAIR64 = np.ascontiguousarray(INT4_PAIR_TABLE).view(np.int64).reshape(256)
 # Two E4M3 bytes (read as one little-endian uint16) -> their two float32 values.
 _U16 = np.arange(65536, dtype=np.uint32)
 E4M3_PAIR64 = np.ascontiguousarray(
