@@ -71,7 +71,7 @@ def test_byte_scale_kernels_match_general_path_and_torch(case, monkeypatch) -> N
 def test_special_scale_bytes_at_full_size(fmt, conv, scale, monkeypatch) -> None:
     """Above FUSED_MIN_BYTES with the default chunks; every scale byte value occurs,
     E8M0 NaN (0xFF), 2**127 (overflow to inf) and E4M3 NaN (0x7F) included."""
-    shape = (2, 256, 256) if conv == GPT_OSS else (512, 256)
+    shape = (4, 256, 256) if conv == GPT_OSS else (1024, 256)
     q = C.quantize(fmt, weights(shape), convention=conv)
     s = q[scale].copy()
     flat = s.view(np.uint8).reshape(-1)
