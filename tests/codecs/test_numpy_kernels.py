@@ -105,6 +105,18 @@ def test_gptq_kernel_matches_torch(group, shape, zeros, v2, monkeypatch) -> None
     assert ours.tobytes() == ref.numpy().tobytes()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c[3] == (96, 160)], ids=case_id)
+def test_strided_weight_view_decodes_like_a_contiguous_one(case) -> None:
+    fmt, conv, opts, shape = case
+    q = C.quantize(fmt, weights(shape), convention=conv, **opts)
+    name = C.layout(fmt, conv).weight
+    wide = np.zeros((q[name].shape[0], q[name].shape[1] * 2), q[name].dtype)
+    wide[:, ::2] = q[name]
+    kw = dequant_opts(opts)
+    got = C.dequantize(fmt, dict(q, **{name: wide[:, ::2]}), convention=conv, **kw)
+    assert got.tobytes() == C.dequantize(fmt, q, convention=conv, **kw).tobytes()
+
+
 def test_out_buffer_is_filled_and_returned() -> None:
     q = C.quantize(NVFP4, weights((256, 256)), convention=MODELOPT)
     buf = np.full((256, 256), np.nan, np.float32)

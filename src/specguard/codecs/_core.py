@@ -560,7 +560,8 @@ def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = N
     out = _out_array(tuple(d.shape), out)
     n_lead = int(np.prod(lead)) if lead else 1
     o = out.reshape(n_lead, rows, cols)
-    e = d.elements.reshape(n_lead, rows, -1)
+    # the gathers view byte pairs as uint16: a strided view (a slice of a wider array) is copied
+    e = np.ascontiguousarray(d.elements).reshape(n_lead, rows, -1)
     fused = _byte_scale_kernel(lay, d, e, cols)
     if fused is not None:  # one scale row per weight row (br == 1)
         kernel, step = fused
