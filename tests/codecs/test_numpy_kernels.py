@@ -1,8 +1,9 @@
 """The numpy back end's fast kernels write the same bits as its general path and as torch.
 
 The kernels (``codecs._numpy_kernels``) are picked by size and by data: the
-one-gather FP4 kernel from ``FUSED_MIN_BYTES`` stored bytes, GPTQ's by whether
-all zero points are equal and whether the group is even. The test inputs here
+one-gather FP4 kernel from ``FUSED_MIN_BYTES`` stored bytes, the scaled FP8
+pair table from ``TENSOR_FOLD_MIN_BYTES``, GPTQ's by whether all zero points
+are equal and whether the group is even. The test inputs here
 take each branch, with chunk sizes small enough that the last chunk is partial.
 """
 
@@ -18,6 +19,7 @@ from specguard.codecs import torch_backend as T
 from specguard.formats.scheme import (
     COMPRESSED_TENSORS,
     DEEPSEEK,
+    FP8_TENSOR,
     GPT_OSS,
     GPTQ,
     INT4_GROUP,
@@ -28,7 +30,7 @@ from specguard.formats.scheme import (
 )
 from tests.codecs.cases import CASES, case_id, dequant_opts, weights
 
-BYTE_SCALED = [c for c in CASES if c[0] in (NVFP4, MXFP4, MXFP8)]
+FAST = [c for c in CASES if c[0] in (NVFP4, MXFP4, MXFP8, FP8_TENSOR)]
 
 
 def _torch(q: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -50,13 +52,14 @@ def _general(monkeypatch: pytest.MonkeyPatch, fmt: str, q: dict, conv: str, **kw
         return C.dequantize(fmt, q, convention=conv, **kw)
 
 
-@pytest.mark.parametrize("case", BYTE_SCALED, ids=case_id)
-def test_byte_scale_kernels_match_general_path_and_torch(case, monkeypatch) -> None:
+@pytest.mark.parametrize("case", FAST, ids=case_id)
+def test_fast_kernels_match_general_path_and_torch(case, monkeypatch) -> None:
     fmt, conv, opts, shape = case
     q = C.quantize(fmt, weights(shape), convention=conv, **opts)
     kw = dequant_opts(opts)
     general = _general(monkeypatch, fmt, q, conv, **kw)
     monkeypatch.setattr(_core, "FUSED_MIN_BYTES", 0)  # the FP4 kernel at test sizes too
+    monkeypatch.setattr(_core, "TENSOR_FOLD_MIN_BYTES", 0)  # and the scaled FP8 pair table
     monkeypatch.setattr(_core, "FUSED_CHUNK_BYTES", 4 * shape[-1] * 5)  # 5 rows: a partial chunk
     monkeypatch.setattr(_core, "CHUNK_BYTES", 4 * shape[-1] * 7)
     fast = C.dequantize(fmt, q, convention=conv, **kw)
@@ -82,6 +85,25 @@ def test_special_scale_bytes_at_full_size(fmt, conv, scale, monkeypatch) -> None
     assert np.isnan(fast).any() and np.isinf(fast).any() == (fmt != NVFP4)
     assert fast.tobytes() == _general(monkeypatch, fmt, q, conv).tobytes()
     assert fast.tobytes() == T.dequantize(fmt, _torch(q), convention=conv).numpy().tobytes()
+
+
+@pytest.mark.parametrize("conv", [MODELOPT, COMPRESSED_TENSORS])
+def test_fp8_tensor_scaled_pairs_with_every_byte(conv, monkeypatch) -> None:
+    """Every E4M3 byte (NaN 0x7F/0xFF, subnormals, -0) in both pair positions."""
+    q = C.quantize(FP8_TENSOR, weights((256, 512)), convention=conv)
+    w = q["weight"].copy()
+    w.view(np.uint8)[:2, :256] = np.arange(256, dtype=np.uint8)
+    w.view(np.uint8)[2, 1:257] = np.arange(256, dtype=np.uint8)
+    q["weight"] = w
+    general = C.dequantize(FP8_TENSOR, q, convention=conv)
+    monkeypatch.setattr(_core, "TENSOR_FOLD_MIN_BYTES", 0)
+    fast = C.dequantize(FP8_TENSOR, q, convention=conv)
+    assert np.isnan(fast).sum() == 6 and fast.tobytes() == general.tobytes()
+    # torch casts E4M3 natively: its NaN keeps the mantissa bits (0x7FF00000), the
+    # ml_dtypes table's is 0x7FC00000. Same NaNs, every other bit the same.
+    ref = T.dequantize(FP8_TENSOR, _torch(q), convention=conv).numpy()
+    nan = np.isnan(fast)
+    assert (nan == np.isnan(ref)).all() and fast[~nan].tobytes() == ref[~nan].tobytes()
 
 
 def _gptq(shape: tuple[int, int], group: int, zeros: str, v2: bool) -> dict[str, np.ndarray]:

@@ -536,6 +536,7 @@ def expand_multiply(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> 
 CHUNK_BYTES = 1024 * 1024  # float32 output per step: stays in L2 between decode and scale
 FUSED_CHUNK_BYTES = 2 * 1024 * 1024  # output per step of the one-gather FP4 kernel (measured best)
 FUSED_MIN_BYTES = 1 << 17  # stored FP4 bytes from which its 65536-entry table pays off (measured)
+TENSOR_FOLD_MIN_BYTES = 1 << 21  # FP8 elements from which a scaled pair table beats a scalar multiply
 
 
 def _out_array(shape: tuple[int, ...], out: np.ndarray | None) -> np.ndarray:
@@ -572,6 +573,13 @@ def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = N
         return out
     scale = d.scale(xp)
     nr, nc = scale.shape[-2:]
+    if scale.size == 1 and _e4m3_pairs(lay, e, cols) and e.size >= TENSOR_FOLD_MIN_BYTES:
+        kernel = K.e4m3_tensor_scaled(scale.reshape(()))  # FP8 per-tensor: the scale in the table
+        step = max(1, CHUNK_BYTES // (4 * cols))
+        for i in range(n_lead):
+            for r0 in range(0, rows, step):
+                kernel(e[i, r0:r0 + step], None, o[i, r0:r0 + step])
+        return out
     sc = scale.reshape(n_lead, nr, nc)
     step = max(1, CHUNK_BYTES // (4 * cols))
     if nr > 1:  # chunks hold whole block rows
@@ -603,10 +611,15 @@ def _byte_scale_kernel(lay: L.Layout, d: Decoded, e: np.ndarray, cols: int):
     if lay.packing in (L.FP4, L.FP4_GPT_OSS) and e.size >= FUSED_MIN_BYTES:
         step = max(1, min(e.shape[1], FUSED_CHUNK_BYTES // (4 * cols)))
         return K.fp4_byte_scaled(d.table, bc, step, cols), step
-    if lay.packing == L.NONE and e.dtype.itemsize == 1:
+    if _e4m3_pairs(lay, e, cols):
         step = max(1, min(e.shape[1], CHUNK_BYTES // (4 * cols)))
         return K.e4m3_byte_scaled(d.table, bc, step, cols), step
     return None
+
+
+def _e4m3_pairs(lay: L.Layout, e: np.ndarray, cols: int) -> bool:
+    """One-byte elements in rows of even length: decoded two per gather."""
+    return lay.packing == L.NONE and e.dtype.itemsize == 1 and cols % 2 == 0
 
 
 def _numpy_decoder(lay: L.Layout, dtype: np.dtype, stored_cols: int, cols: int):
@@ -616,7 +629,7 @@ def _numpy_decoder(lay: L.Layout, dtype: np.dtype, stored_cols: int, cols: int):
     elif lay.packing == L.INT4_ROWS and stored_cols * 8 == cols:
         table = INT4_PAIR64
     elif lay.packing == L.NONE and dtype.itemsize == 1 and cols % 2 == 0:
-        # two E4M3 bytes per gather: a 65536-entry table of float32 pairs
+        # two E4M3 bytes per gather: a 65536-entry table of float32 pairs (see _e4m3_pairs)
         return lambda src, dst: np.take(E4M3_PAIR64, src.view(np.uint16), out=dst.view(np.int64),
                                         mode="wrap")
     elif lay.packing == L.NONE and dtype.itemsize == 1:
