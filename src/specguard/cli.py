@@ -53,8 +53,14 @@ def _cmd_rule(args: argparse.Namespace) -> int:
 
 
 def _demo(argv: list[str]) -> int:
-    from specguard.engine.demo import main as demo_main
-
+    try:
+        from specguard.engine.demo import main as demo_main
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        print("specguard: error: `specguard demo` needs torch: pip install 'specguard[torch]' "
+              "(or `pip install torch==2.13.0` for the CPU build)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return demo_main(argv)
 
 
