@@ -143,3 +143,18 @@ def test_usage_errors_exit_2(capsys):
     assert main(["rule", "SG999"]) == 2
     assert main([]) == 2
     capsys.readouterr()
+
+
+def test_bare_safetensors_file_without_config(tmp_path, capsys):
+    import numpy as np
+
+    from specguard.checkpoint.writer import save_file
+
+    p = tmp_path / "w.safetensors"
+    save_file({"mtp.0.e_proj.weight": np.zeros((4, 4), np.float32),
+               "layers.0.attn.wq.weight": np.zeros((4, 4), np.float32)}, p)
+    assert main(["inspect", str(p)]) == 0  # roles from names alone
+    out = capsys.readouterr().out
+    assert "draft" in out and "main" in out
+    assert main(["route", str(p)]) == 2
+    assert "no config.json" in capsys.readouterr().err

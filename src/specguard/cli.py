@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from specguard.checkpoint.errors import CheckpointError
+from specguard.layouts.registry import LayoutError
 
 EXIT_BAD_INPUT = 2
 
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return func(args)
-    except (CheckpointError, UsageError) as e:
+    except (CheckpointError, UsageError, LayoutError) as e:
         if args.debug:
             raise
         print(f"specguard: error: {e}", file=sys.stderr)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
@@ -25,7 +26,7 @@ from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
-from specguard.layouts import Layout, Role, layout_for
+from specguard.layouts import Layout, LayoutError, Role, layout_for
 
 OK = "ok"
 MISROUTED = "misrouted"
@@ -70,10 +71,14 @@ class Resolver:
         self.table: ModuleTable = classify(checkpoint)
         self.config: Mapping = checkpoint.config or {}
         self.target = target
-        self.layout: Layout = layout_for(
-            dict(self.config), draft_method=draft_method,
-            target_config=dict(target.config) if target is not None else None,
-        )
+        try:
+            self.layout: Layout = layout_for(
+                dict(self.config), draft_method=draft_method,
+                target_config=dict(target.config) if target is not None else None,
+            )
+        except LayoutError as e:
+            what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
+            raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
         self.declared_config = parse_declared(dict(self.config), hf_quant)
         self.platform = platform

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.formats.table import ModuleTable
-from specguard.layouts import Role, layout_for
+from specguard.layouts import GenericLayout, LayoutError, Role, layer_index, layout_for
 
 SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
@@ -51,8 +51,17 @@ def open_source(args: argparse.Namespace) -> Checkpoint:
 
 
 def module_roles(table: ModuleTable) -> dict[str, Role]:
-    """Role of every module (main / draft / embedding / head), from the layout rules."""
-    layout = layout_for(dict(table.checkpoint.config or {}))
+    """Role of every module (main / draft / embedding / head), from the layout rules.
+
+    Without a config.json that says ``num_hidden_layers`` (a bare .safetensors
+    file), roles come from the names alone: ``mtp.*`` is draft, every
+    ``layers.N`` main.
+    """
+    try:
+        layout = layout_for(dict(table.checkpoint.config or {}))
+    except LayoutError:
+        deepest = max((layer_index(m.name) or 0 for m in table), default=0)
+        layout = GenericLayout(deepest + 1)
     return {m.name: layout.role(m.name) for m in table}
 
 
