@@ -4,8 +4,10 @@ Scans run in chunks of at most ``CHUNK_ELEMENTS`` elements along dim 0, so the
 scratch memory is bounded (a few bool masks of one chunk, plus int64 byte
 offsets for a partly-tracked chunk) whatever the tensor's size. The common
 case reads nothing at all (integer tensor fully covered by recorded writes) or
-runs one streaming ``sum`` (float tensor: a finite sum proves no poison and no
-NaN/Inf remains).
+runs one streaming reduction per float tensor (``sum``: a finite sum proves no
+poison and no NaN/Inf remains; a byte ``max`` for fp8; ``aminmax`` for a scale,
+which also proves its magnitudes plausible). Per-element detail (masks, rows,
+experts) is computed only for a tensor that fails that reduction.
 """
 
 from __future__ import annotations
@@ -57,9 +59,14 @@ class _Mask:
     def __init__(self, t: torch.Tensor) -> None:
         self.shape: tuple[int, ...] = tuple(t.shape)
         self.dtype = str(t.dtype).removeprefix("torch.")
-        shape = self.shape
         self.count = 0
-        self.dims = [torch.zeros(s, dtype=torch.bool) for s in shape]
+        self._dims: list[torch.Tensor] | None = None  # made on the first hit only
+
+    @property
+    def dims(self) -> list[torch.Tensor]:
+        if self._dims is None:
+            self._dims = [torch.zeros(s, dtype=torch.bool) for s in self.shape]
+        return self._dims
 
     def add(self, start: int, m: torch.Tensor) -> None:
         n = int(m.count_nonzero().item())  # (bool .sum() widens to int64: slow)
@@ -116,8 +123,21 @@ def _unwritten_finding(e: Entry, mask: _Mask, total: int, detail: str = "") -> l
     return [mask.finding(e, problem, total, detail or f"still holds poison {e.poison.label}")]
 
 
+def plausible_scale_fast(t: torch.Tensor, bounds: ScaleBounds) -> bool:
+    """True proves every element of a scale tensor finite (so no poison left)
+    and inside [low, high]: one ``aminmax`` pass (NaN propagates to both
+    extremes and fails the comparison). False means: look closer (zeros, which
+    are plausible, also land here)."""
+    if t.dtype not in P.MAGNITUDE_CHECKED or t.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(t.reshape(-1) if t.ndim == 0 else t)
+    return bool(((lo >= bounds.low) & (hi <= bounds.high)).item())
+
+
 def check_nan_poisoned(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:
     """Float tensor: poison bits = never written; other NaN/Inf = written non-finite."""
+    if e.is_scale and plausible_scale_fast(t, bounds):
+        return []
     total = t.numel()
     unwritten, nonfinite = _Mask(t), _Mask(t)
     if not P.all_finite_fast(t):
@@ -203,6 +223,8 @@ def check_replaced(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Findi
     it was written; only its values can still be wrong."""
     poison = P.poison_for(t.dtype)
     if poison is None or poison.strategy is not P.Strategy.NAN:
+        return []
+    if e.is_scale and plausible_scale_fast(t, bounds):
         return []
     out: list[Finding] = []
     mask = _Mask(t)

@@ -161,9 +161,10 @@ class LoadGuard:
             raise RuntimeError("LoadGuard is not reentrant; make one per load")
         self.report = None
         self._entries, self._skipped, self._writes = [], [], {}
-        for name, t in named_tensors(self.module, self.buffers):
-            if self._selected(name):
-                self._arm(name, t)
+        with torch.no_grad():
+            for name, t in named_tensors(self.module, self.buffers):
+                if self._selected(name):
+                    self._arm(name, t)
         if self._writes:
             recorder = Recorder(self._writes)
             hook = AtenRecorder(recorder) if self.track_writes == "aten" else MethodHooks(recorder)
@@ -180,8 +181,11 @@ class LoadGuard:
             self._skipped.append((name, "meta tensor" if t.device.type == "meta" else "empty"))
             return
         tracked = poison.strategy is P.Strategy.TRACK and self.track_writes is not None
-        if self.marker or not tracked:
-            with torch.inference_mode() if t.is_inference() else torch.no_grad():
+        if self.marker or not tracked:  # one fill_ over an integer view: memset speed
+            if t.is_inference():
+                with torch.inference_mode():
+                    P.fill(t.detach(), poison)
+            else:
                 P.fill(t.detach(), poison)
         key = storage_key(t)
         self._entries.append(Entry(name, t, poison, key, self._is_scale(name)))

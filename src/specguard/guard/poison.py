@@ -149,32 +149,48 @@ def non_finite(t: torch.Tensor) -> torch.Tensor:
     return (b == code) if mask == 0xFF else ((b & mask) == code)
 
 
-def all_finite_fast(t: torch.Tensor, chunk_elements: int = 1 << 22) -> bool:
-    """True proves every element finite (and hence no poison left), in one
-    streaming pass without a tensor-sized temporary. Native floats: ``sum`` (a
-    NaN/Inf anywhere makes it non-finite; False may also mean a legitimate
-    float16 sum overflowed: the caller then looks closer). 1-byte floats:
-    ``max(bytes)`` below the lowest NaN/Inf code proves it at once (positive
-    scales, the usual case); otherwise per bounded chunk ``max(b & mask) <
-    code`` into one reused buffer, or ``any(b == code)``."""
+def all_finite_fast(t: torch.Tensor, chunk_bytes: int = 1 << 22) -> bool:
+    """True proves every element finite (and hence no poison left): one
+    streaming reduction in the common case, no tensor-sized temporary.
+
+    Native floats: ``sum`` (a NaN/Inf anywhere makes it non-finite); a float16
+    sum can overflow, so a non-finite sum is re-tested with ``aminmax`` (NaN
+    and Inf show in the extremes) before answering False.
+
+    1-byte floats, where a byte b is NaN/Inf iff ``b & mask == code``: with
+    mask 0xFF that is the single value ``code``, an extreme of one integer view
+    (0xFF: ``max`` of the u8 view; 0x80: ``min`` of the i8 view). With mask ==
+    code (E4M3FN 0x7F, E5M2 0x7C) it means ``(b & 0x7F) >= code``: positive
+    bytes show it in ``max(i8)``, negative ones in ``max(u8) >= 0x80 | code``.
+    ``max(u8) < code`` alone settles all-positive data (scales); a piece with
+    negative values (FP8 weights) takes the second max while still in cache.
+    """
     if t.numel() == 0:
         return True
     if t.dtype in NATIVE_FLOAT:
-        return bool(torch.isfinite(t.sum()).item())
+        if bool(torch.isfinite(t.sum()).item()):
+            return True
+        if t.is_complex():
+            return False
+        lo, hi = torch.aminmax(t)
+        return bool((torch.isfinite(lo) & torch.isfinite(hi)).item())
     mask, code = NON_FINITE_BITS[t.dtype]
-    if int(torch.amax(t.view(torch.uint8)).item()) < code:
-        return True
-    found = torch.zeros((), dtype=torch.bool, device=t.device)
-    buf: torch.Tensor | None = None
-    for part in _byte_parts(t.view(torch.uint8), chunk_elements):
-        if code != mask:
-            found |= (part == code).any()
+    u8 = t.view(torch.uint8)
+    if mask == 0xFF:
+        if code == 0xFF:
+            return int(torch.amax(u8).item()) < code
+        return int(torch.amin(u8.view(torch.int8)).item()) > code - 256  # 0x80 = -128
+    if t.device.type != "cpu":  # whole-tensor reductions, one synchronisation
+        hi_u = torch.amax(u8)
+        ok = (hi_u < code) | ((hi_u < (0x80 | code)) & (torch.amax(u8.view(torch.int8)) < code))
+        return bool(ok.item())
+    for part in _byte_parts(u8, chunk_bytes):
+        hi = int(torch.amax(part).item())
+        if hi < code:
             continue
-        if buf is None or buf.numel() < part.numel():
-            buf = torch.empty(part.numel(), dtype=torch.uint8, device=t.device)
-        masked = torch.bitwise_and(part, mask, out=buf[: part.numel()])
-        found |= masked.max() == code
-    return not bool(found.item())
+        if hi >= 0x80 | code or int(torch.amax(part.view(torch.int8)).item()) >= code:
+            return False
+    return True
 
 
 def _byte_parts(b: torch.Tensor, chunk_elements: int) -> Iterator[torch.Tensor]:

@@ -31,6 +31,7 @@ Whatever neither sees is decided by the 0xA5 marker the guard also writes
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -106,9 +107,15 @@ def merge_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 class StorageWrites:
-    """Byte intervals written into one storage during the load."""
+    """Byte intervals written into one storage during the load.
 
-    __slots__ = ("_ends", "_lock", "_pending", "_pending_n", "_starts", "untracked_writes")
+    A contiguous write arrives as one run (``add_run``, plain ints, no numpy)
+    and is merged with the previous run when it continues it, so a loader
+    copying shard after shard in order leaves a single interval; strided writes
+    arrive as numpy arrays of runs (``add``). Both are merged on demand."""
+
+    __slots__ = ("_ends", "_lock", "_pending", "_pending_n", "_run_ends", "_run_starts",
+                 "_starts", "untracked_writes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # method hooks record from any thread
@@ -116,6 +123,8 @@ class StorageWrites:
         self._ends = np.empty(0, dtype=np.int64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._pending_n = 0
+        self._run_starts = array("q")  # single runs, 8 bytes per bound
+        self._run_ends = array("q")
         self.untracked_writes = 0  # writes seen but not recordable (indexed / too fine)
 
     def add(self, starts: np.ndarray, run: int) -> None:
@@ -125,7 +134,24 @@ class StorageWrites:
             if self._pending_n > COMPACT_AT:
                 self._compact()
 
+    def add_run(self, start: int, end: int) -> None:
+        """One contiguous byte run ``[start, end)``; continues the last one if adjacent."""
+        with self._lock:
+            ends = self._run_ends
+            if ends and ends[-1] == start:
+                ends[-1] = end
+                return
+            self._run_starts.append(start)
+            ends.append(end)
+            if len(ends) > COMPACT_AT:
+                self._compact()
+
     def _compact(self) -> None:
+        if self._run_ends:
+            runs = (np.frombuffer(self._run_starts, dtype=np.int64),
+                    np.frombuffer(self._run_ends, dtype=np.int64))
+            self._pending.append((runs[0].copy(), runs[1].copy()))
+            self._run_starts, self._run_ends = array("q"), array("q")
         if not self._pending:
             return
         s = np.concatenate([self._starts, *(p[0] for p in self._pending)])
@@ -140,7 +166,8 @@ class StorageWrites:
 
     @property
     def nbytes(self) -> int:
-        return self._starts.nbytes + self._ends.nbytes + sum(
+        single = (len(self._run_starts) + len(self._run_ends)) * 8
+        return single + self._starts.nbytes + self._ends.nbytes + sum(
             a.nbytes + b.nbytes for a, b in self._pending
         )
 
@@ -166,33 +193,56 @@ def fully_covered(starts: np.ndarray, ends: np.ndarray, runs: tuple[np.ndarray, 
     return bool(np.all(ok & (ends[np.where(ok, i, 0)] >= rs + run)))
 
 
+def _storage_base(t: torch.Tensor) -> int:
+    """The storage's base address, as ``storage_key`` has it, without building
+    a storage object (data_ptr = base + storage_offset * element_size)."""
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
 class Recorder:
-    """Turns observed writes into intervals of the guarded storages."""
+    """Turns observed writes into intervals of the guarded storages.
+
+    ``writes`` must be complete when the recorder is made (it is indexed by
+    base address once, so a write into an unguarded tensor costs one lookup)."""
 
     def __init__(self, writes: dict[StorageKey, StorageWrites]) -> None:
         self.writes = writes
+        self._by_base: dict[int, dict[tuple[str, int], StorageWrites]] = {}
+        for (dev, index, base), sw in writes.items():
+            self._by_base.setdefault(base, {})[(dev, index)] = sw
 
     def record(self, t: torch.Tensor, locatable: bool = True) -> None:
-        if not self.writes or t.device.type == "meta":
+        if not self._by_base or t.is_meta:
             return
         try:
-            key = storage_key(t)
-        except (RuntimeError, NotImplementedError):  # sparse etc.: not a guarded storage
+            by_device = self._by_base.get(_storage_base(t))
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse etc.: not guarded
             return
-        sw = self.writes.get(key)
+        if by_device is None:
+            return
+        device = t.device
+        sw = by_device.get((device.type, device.index or 0))
         if sw is None:
             return
-        runs = view_runs(t) if locatable else None
-        if runs is None:
+        if not locatable:
             sw.untracked_writes += 1
-        elif runs[0].size:
-            sw.add(*runs)
+        elif t.is_contiguous():  # the loader's usual narrow/select of a slot
+            start = t.storage_offset() * t.element_size()
+            if t.numel():
+                sw.add_run(start, start + t.numel() * t.element_size())
+        else:
+            runs = view_runs(t)
+            if runs is None:
+                sw.untracked_writes += 1
+            elif runs[0].size:
+                sw.add(*runs)
 
 
 # ---------------------------------------------------------------- "methods"
 _WRAPPED = ("copy_", "fill_", "zero_", "__setitem__")
 _hooks_lock = threading.Lock()
 _active: list[Recorder] = []
+_active_now: tuple[Recorder, ...] = ()  # snapshot the hooks iterate without locking
 _saved: dict[str, Any] = {}
 
 
@@ -204,7 +254,7 @@ def _basic_index(index: object) -> bool:
 
 
 def _notify(t: torch.Tensor, locatable: bool = True) -> None:
-    for rec in tuple(_active):
+    for rec in _active_now:
         rec.record(t, locatable)
 
 
@@ -244,6 +294,7 @@ class MethodHooks:
         self.recorder = recorder
 
     def __enter__(self) -> MethodHooks:
+        global _active_now
         with _hooks_lock:
             if not _active:
                 for name in _WRAPPED:
@@ -252,11 +303,14 @@ class MethodHooks:
                     wrap = _wrap_setitem if name == "__setitem__" else _wrap_inplace
                     setattr(torch.Tensor, name, wrap(orig))
             _active.append(self.recorder)
+            _active_now = tuple(_active)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _active_now
         with _hooks_lock:
             _active.remove(self.recorder)
+            _active_now = tuple(_active)
             if not _active:
                 for name in _WRAPPED:
                     if _saved[name] is None:
