@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
-from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.declared import FNMATCHCASE, ConfigError, DeclaredScheme, parse_declared
 from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -80,7 +80,10 @@ class Resolver:
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
             raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
-        self.declared_config = parse_declared(dict(self.config), hf_quant)
+        try:
+            self.declared_config = parse_declared(dict(self.config), hf_quant)
+        except ConfigError as e:
+            raise CheckpointError(f"{checkpoint.name} [config.json]", str(e)) from e
         self.platform = platform
         if target is None:
             self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)

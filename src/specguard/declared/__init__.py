@@ -42,6 +42,7 @@ from specguard.declared.others import (
     parse_gptq,
     parse_mxfp4,
 )
+from specguard.declared.validate import ConfigError, check_quant_config
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
@@ -68,6 +69,8 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
     # weight_utils.get_quant_config: quantization_config, text_config's, then compression_config
     qc = config.get("quantization_config") or cfg.get("quantization_config") or config.get("compression_config")
     notes: list[str] = []
+    if qc is not None and not isinstance(qc, Mapping):
+        check_quant_config(qc)  # raises: a quantization_config that is not an object
     if isinstance(qc, Mapping):
         origin = "config.json quantization_config"
         if hf_quant_config:
@@ -76,6 +79,7 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
         qc, origin = hf_quant_config, "hf_quant_config.json"
     else:
         return Declared(stack="none", quant_method=None, origin="config.json", unquantized=plain)
+    check_quant_config(qc, "quantization_config" if origin.startswith("config.json") else "hf_quant_config.json")
     qc = dict(qc)
     method = str(qc.get("quant_method") or ("modelopt" if "quantization" in qc else "")).lower()
     model_type = str(cfg.get("model_type") or config.get("model_type") or "")
@@ -108,7 +112,7 @@ def _with(declared: Declared, plain: Scheme, notes: list[str]) -> Declared:
 __all__ = [
     "COMPRESSED_TENSORS", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT", "NATIVE",
     "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
-    "VLLM_SUFFIX", "CompressedTensorsDeclared", "Declared", "DeclaredScheme", "Fp8Declared",
+    "VLLM_SUFFIX", "CompressedTensorsDeclared", "ConfigError", "Declared", "DeclaredScheme", "Fp8Declared",
     "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "UnknownDeclared",
     "parse_declared", "unquantized_scheme",
 ]
