@@ -211,31 +211,39 @@ class Recorder:
         for (dev, index, base), sw in writes.items():
             self._by_base.setdefault(base, {})[(dev, index)] = sw
 
-    def record(self, t: torch.Tensor, locatable: bool = True) -> None:
+    def lookup(self, t: torch.Tensor) -> StorageWrites | None:
+        """The guarded storage ``t`` views, if any (one dict lookup when none)."""
         if not self._by_base or t.is_meta:
-            return
+            return None
         try:
             by_device = self._by_base.get(_storage_base(t))
         except (RuntimeError, NotImplementedError, TypeError):  # sparse etc.: not guarded
-            return
+            return None
         if by_device is None:
-            return
+            return None
         device = t.device
-        sw = by_device.get((device.type, device.index or 0))
-        if sw is None:
-            return
-        if not locatable:
+        return by_device.get((device.type, device.index or 0))
+
+    def record(self, t: torch.Tensor, locatable: bool = True) -> None:
+        sw = self.lookup(t)
+        if sw is not None:
+            record_into(sw, t, locatable)
+
+
+def record_into(sw: StorageWrites, t: torch.Tensor, locatable: bool = True) -> None:
+    """Add the bytes of the written view ``t`` (of ``sw``'s storage) to ``sw``."""
+    if not locatable:
+        sw.untracked_writes += 1
+    elif t.is_contiguous():  # the loader's usual narrow/select of a slot
+        start = t.storage_offset() * t.element_size()
+        if t.numel():
+            sw.add_run(start, start + t.numel() * t.element_size())
+    else:
+        runs = view_runs(t)
+        if runs is None:
             sw.untracked_writes += 1
-        elif t.is_contiguous():  # the loader's usual narrow/select of a slot
-            start = t.storage_offset() * t.element_size()
-            if t.numel():
-                sw.add_run(start, start + t.numel() * t.element_size())
-        else:
-            runs = view_runs(t)
-            if runs is None:
-                sw.untracked_writes += 1
-            elif runs[0].size:
-                sw.add(*runs)
+        elif runs[0].size:
+            sw.add(*runs)
 
 
 # ---------------------------------------------------------------- "methods"
@@ -271,16 +279,18 @@ def _wrap_inplace(orig: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_setitem(orig: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: torch.Tensor, index: Any, value: Any) -> None:
         orig(self, index, value)
+        hits = [sw for rec in _active_now if (sw := rec.lookup(self)) is not None]
+        if not hits:  # not a guarded storage: no need to locate the write
+            return
+        view = None
         if _basic_index(index):
             try:
                 with torch.no_grad():
                     view = self[index]  # the view that was written
             except (IndexError, RuntimeError, TypeError):
                 view = None
-            if view is not None:
-                _notify(view)
-                return
-        _notify(self, locatable=False)
+        for sw in hits:
+            record_into(sw, self if view is None else view, locatable=view is not None)
 
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
