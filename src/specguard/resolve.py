@@ -26,7 +26,7 @@ from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
-from specguard.layouts import Layout, LayoutError, Role, layout_for
+from specguard.layouts import Layout, Role, layout_for
 
 OK = "ok"
 MISROUTED = "misrouted"
@@ -76,7 +76,7 @@ class Resolver:
                 dict(self.config), draft_method=draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
-        except LayoutError as e:
+        except ValueError as e:  # LayoutError, or counts no model has
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
             raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None

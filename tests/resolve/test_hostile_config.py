@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,3 +37,16 @@ def test_any_quantization_config_is_bad_input_or_a_result(scenarios, qc):
         lint([r])
     except CheckpointError as e:
         assert "\n" not in str(e)
+
+
+@pytest.mark.parametrize("edit", [
+    {"num_hidden_layers": -1}, {"num_nextn_predict_layers": -2}, {"num_nextn_predict_layers": 10**9},
+    {"num_hidden_layers": "two"}, {"model_type": 5}, {"text_config": 3}, {"dspark_target_layer_ids": "x"},
+])
+def test_hostile_model_config(scenarios, edit):
+    ckpt = open_checkpoint(scenarios["s1"].path)
+    hostile = dataclasses.replace(ckpt, config={**ckpt.config, **edit})
+    try:
+        lint([Resolver(hostile)])  # must return quickly: no enumeration of a billion layers
+    except CheckpointError as e:
+        assert "config.json" in str(e)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specguard.layouts import roles as r
 from specguard.layouts.names import layer_index, module_name
 
+MAX_LAYERS = 100_000
 VLLM = "vllm"
 SGLANG = "sglang"
 ENGINES = (VLLM, SGLANG)
@@ -64,6 +65,10 @@ class Layout:
     ) -> None:
         if num_hidden_layers < 0 or num_draft_layers < 0:
             raise ValueError("layer counts must be >= 0")
+        if num_hidden_layers > MAX_LAYERS or num_draft_layers > MAX_LAYERS:
+            # a hostile config must not make specguard enumerate a billion layers
+            raise ValueError(f"layer counts above {MAX_LAYERS} are not a model (config says "
+                             f"{num_hidden_layers} main, {num_draft_layers} draft)")
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
         if draft_kind is not None and draft_kind not in r.DRAFT_KINDS:

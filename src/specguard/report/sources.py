@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.formats.table import ModuleTable
-from specguard.layouts import GenericLayout, LayoutError, Role, layer_index, layout_for
+from specguard.layouts import GenericLayout, Role, layer_index, layout_for
 
 SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
@@ -59,7 +59,7 @@ def module_roles(table: ModuleTable) -> dict[str, Role]:
     """
     try:
         layout = layout_for(dict(table.checkpoint.config or {}))
-    except LayoutError:
+    except ValueError:  # LayoutError or implausible counts: roles from names alone
         deepest = max((layer_index(m.name) or 0 for m in table), default=0)
         layout = GenericLayout(deepest + 1)
     return {m.name: layout.role(m.name) for m in table}
