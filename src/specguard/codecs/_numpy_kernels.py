@@ -8,7 +8,7 @@ values, those operations are done once per (selector, stored byte) in a table
 and the big pass is a single gather: on one core ``np.take`` moves an 8-byte
 entry in about 0.6-0.7 ns (256 or 65536 entries alike, index conversion aside),
 while a broadcast multiply over 16- or 32-element blocks pays numpy's
-inner-loop call once per block (measured on the 2-core CI VM, numpy 2.4).
+inner-loop call once per block (measured on a shared 2-core AMD EPYC VM, numpy 2.4).
 """
 
 from __future__ import annotations
