@@ -15,7 +15,12 @@ instead of the copies) and "touched" (every parameter zeroed before the timer
 in both variants, which isolates the guard's own passes). Peak memory: peak
 RSS (``ru_maxrss``) over the RSS just before the load (CPU);
 ``max_memory_allocated`` over the allocation before it (CUDA); tracemalloc's
-peak for Python-side objects. The machine this was written on is a shared
+peak for Python-side objects, taken in one extra, untimed load per cell
+(tracing slows every Python allocation, the guard's write hooks included,
+which no real load pays). Each guarded cell also prints where its time goes:
+entry (the poison fill, including on fresh memory the page faults it takes
+over from the load), the load under the write hooks (against the plain load)
+and exit (the read-back check). The machine this was written on is a shared
 2-core VM, so each cell also prints its fastest load (the least disturbed).
 
     python benchmarks/guard.py [--device cpu|cuda] [--rounds 5] [--experts 24] [--threads 1]
@@ -117,8 +122,9 @@ def _sync(device: str) -> None:
 VARIANTS = ("plain", "guarded", "guarded+marker")
 
 
-def child(root: Path, device: str, variant: str, touched: bool) -> dict:
-    """One load in this (fresh) process; prints its measurements as JSON."""
+def child(root: Path, device: str, variant: str, touched: bool, trace: bool = False) -> dict:
+    """One load in this (fresh) process; prints its measurements as JSON.
+    ``trace``: measure Python-side allocations (tracemalloc), not time."""
     model = BenchModel(ExpertConfig.from_dir(root), device)  # torch.empty: pages untouched
     if touched:
         for p in model.parameters():
@@ -135,37 +141,50 @@ def child(root: Path, device: str, variant: str, touched: bool) -> dict:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     cuda0 = torch.cuda.memory_allocated() if device == "cuda" else 0
-    tracemalloc.start()
+    if trace:
+        tracemalloc.start()
     t0 = time.perf_counter()
-    ok, recorder = None, 0
+    ok, recorder, phases = None, 0, {}
     if variant == "plain":
         model.load(root)
         _sync(device)
     else:
-        with LoadGuard(model, policy="report", marker=variant == "guarded+marker") as g:
-            model.load(root)
-            recorder = g.recorder_bytes
+        # ``with LoadGuard(...)`` spelled out, to time its phases: entry
+        # (poison fill), the load under the write hooks, exit (read-back check)
+        g = LoadGuard(model, policy="report", marker=variant == "guarded+marker")
+        g.__enter__()
         _sync(device)
+        t1 = time.perf_counter()
+        model.load(root)
+        _sync(device)
+        t2 = time.perf_counter()
+        recorder = g.recorder_bytes
+        g.__exit__(None, None, None)
+        _sync(device)
+        phases = {"enter": t1 - t0, "load": t2 - t1, "exit": time.perf_counter() - t2}
         ok = g.report.ok
     seconds = time.perf_counter() - t0
-    py_peak = tracemalloc.get_traced_memory()[1]
+    py_peak = tracemalloc.get_traced_memory()[1] if trace else None
     tracemalloc.stop()
     return {
         "seconds": seconds,
         "rss_growth": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0,
         "cuda_growth": (torch.cuda.max_memory_allocated() - cuda0) if device == "cuda" else 0,
-        "py_peak": py_peak, "recorder": recorder, "ok": ok,
+        "py_peak": py_peak, "recorder": recorder, "ok": ok, "phases": phases,
         "tensors": n_tensors, "model_bytes": model_bytes,
         "ckpt_tensors": len(json.loads((root / "model.safetensors.index.json").read_text())[
             "weight_map"]),
     }
 
 
-def run_child(root: Path, args: argparse.Namespace, variant: str, touched: bool) -> dict:
+def run_child(root: Path, args: argparse.Namespace, variant: str, touched: bool,
+              trace: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", str(root), "--device", args.device,
            "--threads", str(args.threads), "--variant", variant]
     if touched:
         cmd.append("--touched")
+    if trace:
+        cmd.append("--trace")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -188,10 +207,11 @@ def main() -> None:
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="plain", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--touched", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         torch.set_num_threads(args.threads)
-        print(json.dumps(child(args.child, args.device, args.variant, args.touched)))
+        print(json.dumps(child(args.child, args.device, args.variant, args.touched, args.trace)))
         return
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("benchmarks/guard.py: --device cuda but no CUDA device is visible")
@@ -212,6 +232,8 @@ def main() -> None:
                 for v in order:
                     runs.setdefault((state, v), []).append(
                         run_child(root, args, v, state == "touched"))
+        traced = {(state, v): run_child(root, args, v, state == "touched", trace=True)
+                  for state in states for v in variants}
 
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "-"
     first = runs[(states[0], "guarded")][0]
@@ -223,12 +245,14 @@ def main() -> None:
     print("variants: plain = yardstick (no guard); guarded = LoadGuard defaults (integer "
           "tensors tracked, not filled); guarded+marker = LoadGuard(marker=True)")
     for state in states:
-        report({v: runs[(state, v)] for v in variants}, args.device, state)
+        report({v: runs[(state, v)] for v in variants}, args.device, state,
+               {v: traced[(state, v)]["py_peak"] for v in variants})
     ok = all(r["ok"] for (_, v), rs in runs.items() if v != "plain" for r in rs)
     print(f"guard verdict on every complete load: {'clean' if ok else 'FINDINGS'}")
 
 
-def report(cells: dict[str, list[dict]], device: str, state: str) -> None:
+def report(cells: dict[str, list[dict]], device: str, state: str,
+           py_peak: dict[str, int]) -> None:
     print(f"[{state} memory]")
     t = {v: [r["seconds"] for r in rs] for v, rs in cells.items()}
     med = {v: statistics.median(x) for v, x in t.items()}
@@ -244,13 +268,18 @@ def report(cells: dict[str, list[dict]], device: str, state: str) -> None:
         print(f"  {v:15s} median {med[v]:.3f} s  fastest {fast[v]:.3f} s  {over}; "
               f"{what} growth {mib(mem[v])}{extra}")
         print(f"  {'':15s} [{', '.join(f'{x:.3f}' for x in t[v])}]")
+        if v != "plain":
+            ph = {k: statistics.median(r["phases"][k] for r in cells[v]) for k in
+                  ("enter", "load", "exit")}
+            print(f"  {'':15s} phases (median): entry/poison {1e3 * ph['enter']:.1f} ms, load "
+                  f"under hooks {1e3 * ph['load']:.1f} ms ({1e3 * (ph['load'] - med['plain']):+.1f}"
+                  f" vs plain), exit/check {1e3 * ph['exit']:.1f} ms")
     if device == "cuda":
         rss = {v: statistics.median(r["rss_growth"] for r in rs) for v, rs in cells.items()}
         print("  host peak RSS growth: " + ", ".join(f"{v} {mib(rss[v])}" for v in cells))
     g = cells["guarded"]
-    print(f"  Python objects (tracemalloc peak): plain "
-          f"{mib(statistics.median(r['py_peak'] for r in cells['plain']))}, guarded "
-          f"{mib(statistics.median(r['py_peak'] for r in g))}; write recorder at exit "
+    print(f"  Python objects (tracemalloc peak, separate untimed load): plain "
+          f"{mib(py_peak['plain'])}, guarded {mib(py_peak['guarded'])}; write recorder at exit "
           f"{g[0]['recorder']} B for {g[0]['tensors']} parameters")
 
 
