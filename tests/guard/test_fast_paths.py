@@ -26,7 +26,7 @@ def _param(t: torch.Tensor) -> nn.Parameter:
 @given(
     dtype=st.sampled_from(BYTE_FLOATS),
     data=st.binary(min_size=1, max_size=96),
-    chunk=st.integers(1, 40),
+    chunk=st.one_of(st.none(), st.integers(1, 40)),  # None: the whole-tensor (CUDA) path
     strided=st.booleans(),
 )
 def test_byte_float_finiteness_matches_the_bytewise_test(dtype, data, chunk, strided):
@@ -44,11 +44,12 @@ def test_byte_float_finiteness_on_large_negative_fp8_weights():
     either sign deep inside a multi-chunk tensor is found."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(3000, 700, generator=g).to(torch.float8_e4m3fn)
-    assert all_finite_fast(w, chunk_bytes=1 << 16)
+    assert all_finite_fast(w, chunk_bytes=1 << 16) and all_finite_fast(w, chunk_bytes=None)
     for bad in (0x7F, 0xFF):
         v = w.clone()
         v.view(torch.uint8)[2222, 333] = bad
         assert not all_finite_fast(v, chunk_bytes=1 << 16)
+        assert not all_finite_fast(v, chunk_bytes=None)
     e5 = torch.randn(1000, 64, generator=g).to(torch.float8_e5m2)
     assert all_finite_fast(e5)
     e5.view(torch.uint8)[999, 63] = 0xFC  # -inf

@@ -149,7 +149,7 @@ def non_finite(t: torch.Tensor) -> torch.Tensor:
     return (b == code) if mask == 0xFF else ((b & mask) == code)
 
 
-def all_finite_fast(t: torch.Tensor, chunk_bytes: int = 1 << 22) -> bool:
+def all_finite_fast(t: torch.Tensor, chunk_bytes: int | None = 1 << 22) -> bool:
     """True proves every element finite (and hence no poison left): one
     streaming reduction in the common case, no tensor-sized temporary.
 
@@ -164,6 +164,8 @@ def all_finite_fast(t: torch.Tensor, chunk_bytes: int = 1 << 22) -> bool:
     bytes show it in ``max(i8)``, negative ones in ``max(u8) >= 0x80 | code``.
     ``max(u8) < code`` alone settles all-positive data (scales); a piece with
     negative values (FP8 weights) takes the second max while still in cache.
+    Off the CPU (or with ``chunk_bytes=None``) both maxima run over the whole
+    tensor and are combined on the device: one synchronisation.
     """
     if t.numel() == 0:
         return True
@@ -180,7 +182,7 @@ def all_finite_fast(t: torch.Tensor, chunk_bytes: int = 1 << 22) -> bool:
         if code == 0xFF:
             return int(torch.amax(u8).item()) < code
         return int(torch.amin(u8.view(torch.int8)).item()) > code - 256  # 0x80 = -128
-    if t.device.type != "cpu":  # whole-tensor reductions, one synchronisation
+    if chunk_bytes is None or t.device.type != "cpu":
         hi_u = torch.amax(u8)
         ok = (hi_u < code) | ((hi_u < (0x80 | code)) & (torch.amax(u8.view(torch.int8)) < code))
         return bool(ok.item())
