@@ -266,6 +266,8 @@ def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
+    if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
+        return OK, f"stored {stored.short()}; what vLLM 0.33 builds ({vllm.method}) is not modelled: {vllm.reason}"
     if not same_build(stored, vllm.scheme):
         return MISROUTED, f"stored {stored.short()}, vLLM 0.33 builds {vllm.method} ({vllm.reason}){pattern_note}"
     if missing:

@@ -79,6 +79,7 @@ _EXPERTS_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.ffn\.experts$")
 _NO_QUANT_CONFIG = ("ffn.gate", "compressor.fused_wkv_wgate", "indexer.weights_proj")
 # packed_modules_mapping of the model classes (nvidia/model.py; cpu/model.py and amd/model.py; deepseek_v2.py).
 _V4_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"], "fused_wkv_wgate": ["wkv", "wgate"]}
+_GENERIC_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 _V4_CPU_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"]}
 
 # nvidia/model.py ``_make_deepseek_v4_weights_mapper("fp4").get_rename_mapper()``.
@@ -294,6 +295,9 @@ class Vllm033:
                 if self.text.get("q_lora_rank") is not None:
                     packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
                 return packed
+            if self.layout.family == "generic" and model != DSPARK_MODEL:
+                # Llama/Qwen-style classes (qwen3_moe.py, llama.py ... packed_modules_mapping)
+                return _GENERIC_PACKED
             return {}
         return _V4_PACKED if self.platform == "cuda" else _V4_CPU_PACKED
 

@@ -14,19 +14,25 @@ from specguard.lint.registry import rule
 from specguard.report.sources import role_label
 from specguard.resolve import MISROUTED, Route
 
-# Tensors each engine method reads, by (format, convention); vLLM renames a
-# DeepSeek-V4 bare `.scale` to `weight_scale` (experts) / `weight_scale_inv` (linears).
-NEEDS: dict[tuple[str, str | None], tuple[str, ...]] = {
-    (s.NVFP4, s.MODELOPT): ("weight", "weight_scale", "weight_scale_2", "input_scale"),
-    (s.NVFP4, s.COMPRESSED_TENSORS): ("weight_packed", "weight_scale", "weight_global_scale"),
-    (s.MXFP4, None): ("weight", "weight_scale"),
-    (s.FP8_BLOCK, None): ("weight", "weight_scale"),
+# Tensors each engine method reads, by (format, convention): per tensor, the
+# suffixes that satisfy it (vLLM renames DeepSeek-V4's bare `.scale` into the
+# scale slot, so it counts). A (format, convention) not listed is not checked.
+NEEDS: dict[tuple[str, str | None], tuple[tuple[str, ...], ...]] = {
+    (s.NVFP4, s.MODELOPT): (("weight",), ("weight_scale", "scale"), ("weight_scale_2",), ("input_scale",)),
+    (s.NVFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",), ("weight_global_scale",)),
+    (s.MXFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
+    (s.MXFP4, s.GPT_OSS): (("blocks",), ("scales",)),
+    (s.MXFP4, None): (("weight",), ("weight_scale", "scale")),
+    (s.FP8_BLOCK, None): (("weight",), ("weight_scale", "weight_scale_inv", "scale")),
+    (s.INT4_GROUP, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
 }
-ALIASES = {"scale": "weight_scale", "weight_scale_inv": "weight_scale"}
 
 
-def needs(scheme: Scheme) -> tuple[str, ...]:
-    return NEEDS.get((scheme.format, scheme.convention)) or NEEDS.get((scheme.format, None), ())
+def needs(scheme: Scheme) -> tuple[tuple[str, ...], ...]:
+    hit = NEEDS.get((scheme.format, scheme.convention))
+    if hit is None and scheme.convention not in (s.COMPRESSED_TENSORS, s.GPT_OSS):
+        hit = NEEDS.get((scheme.format, None))
+    return hit or ()
 
 
 def _groups(ctx: LintContext, pick) -> Iterator[tuple[tuple, list[Route]]]:
@@ -90,16 +96,18 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _missing_for(ctx: LintContext, rt: Route) -> tuple[str, ...]:
+    """Tensors the built method reads that some module behind the route does not store."""
     want = needs(rt.vllm.scheme)
-    out = set()
+    out: list[str] = []
     for res in ctx.resolvers:
         for name in rt.checkpoint_names:
             mod = res.table.modules.get(name)
             if mod is None:
                 continue
-            have = {ALIASES.get(p, p) for p in mod.params}
-            out |= {p for p in want if p not in have}
-    return tuple(p for p in want if p in out)
+            for alternatives in want:
+                if not any(a in mod.params for a in alternatives) and alternatives[0] not in out:
+                    out.append(alternatives[0])
+    return tuple(a[0] for a in want if a[0] in out)
 
 
 def _engine_params(rt: Route, missing: tuple[str, ...]) -> list[str]:
