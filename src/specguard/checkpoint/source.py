@@ -218,7 +218,8 @@ def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
     index = unindexed = unreferenced = None
     if weight_map is not None:
         index = meta
-        unindexed = tuple(n for n in tensors if n not in weight_map)
+        # _merge proved every index entry is stored; equal counts leave nothing unindexed
+        unindexed = () if len(tensors) == len(weight_map) else tuple(n for n in tensors if n not in weight_map)
         named = set(files)
         unreferenced = tuple(sorted(p.name for p in root.glob("*.safetensors") if p.name not in named))
     return Checkpoint(
