@@ -9,7 +9,6 @@ import math
 import operator
 import os
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import mul
@@ -211,9 +210,3 @@ _OFFSETS = operator.itemgetter(4)  # TensorInfo.offsets; (begin, end) sorts by b
 
 def _rel(t: TensorInfo, data_start: int) -> list[int]:
     return [t.offsets[0] - data_start, t.offsets[1] - data_start]
-
-
-def iter_headers(paths: list[tuple[str, str]]) -> Iterator[FileHeader]:
-    """Headers of ``(path, display name)`` pairs, in order."""
-    for path, display in paths:
-        yield read_header(path, display)

@@ -63,34 +63,6 @@ class Checkpoint:
             return np.frombuffer(raw, np.uint8)
         return np.frombuffer(raw, dtype).reshape(t.shape)
 
-    def read_many(self, wanted: Mapping[str, int]) -> dict[str, bytes]:
-        """The first ``wanted[name]`` bytes of many tensors: one open per shard,
-        reads in file order (content rules read thousands of small scales)."""
-        if self.root is None:
-            raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
-        by_file: dict[str, list[TensorInfo]] = {}
-        for name in wanted:
-            t = self.tensors[name]
-            by_file.setdefault(t.file, []).append(t)
-        out: dict[str, bytes] = {}
-        for file, ts in by_file.items():
-            try:
-                fd = os.open(self.root / file, os.O_RDONLY)
-            except OSError as e:
-                raise CheckpointError(file, f"cannot read: {e.strerror or e}") from e
-            try:
-                for run in _coalesce(sorted(ts, key=operator.itemgetter(4)), wanted):
-                    start, end = run[0][1], run[-1][2]
-                    raw = os.pread(fd, end - start, start)
-                    if len(raw) != end - start:
-                        raise CheckpointError(f"{file} [{run[-1][0].name}]", "truncated")
-                    self.bytes_read[0] += len(raw)
-                    for t, a, b in run:
-                        out[t.name] = raw[a - start : b - start]
-            finally:
-                os.close(fd)
-        return out
-
     def read_ranges(self, files: list[str], begin: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes ``[begin[i], begin[i] + length[i])`` of ``files[i]`` for many i, as one
         uint8 buffer and each range's position in it.
@@ -181,21 +153,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-COALESCE_GAP = 4096  # bytes: neighbouring small reads cost less as one
 PAGE = 4096  # bytes the OS reads per touched page of a memory map
-
-
-def _coalesce(ts: list[TensorInfo], wanted: Mapping[str, int]) -> list[list[tuple[TensorInfo, int, int]]]:
-    """Group wanted byte ranges (sorted by offset) into runs with small gaps, one pread each."""
-    runs: list[list[tuple[TensorInfo, int, int]]] = []
-    for t in ts:
-        a = t.offsets[0]
-        b = a + min(wanted[t.name], t.offsets[1] - a)
-        if runs and a - runs[-1][-1][2] <= COALESCE_GAP:
-            runs[-1].append((t, a, b))
-        else:
-            runs.append([(t, a, b)])
-    return runs
 
 
 def _open_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:

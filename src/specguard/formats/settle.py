@@ -12,7 +12,7 @@ from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
-from specguard.formats.sniff import E8M0, Sniff, sample, sniff_scale_bytes
+from specguard.formats.sniff import E8M0, SAMPLE_BYTES, Sniff, sniff_scale_bytes
 from specguard.formats.table import Module
 
 SCALE_PARAMS = ("scale", "weight_scale", "scales")
@@ -30,9 +30,7 @@ def sniff_module(checkpoint: Checkpoint, module: Module) -> Sniff | None:
     name = scale_tensor(module)
     if name is None or checkpoint.root is None:
         return None
-    t = checkpoint.tensors[name]
-    raw = checkpoint.read_bytes_range(name, min(t.nbytes, 4096))
-    return sniff_scale_bytes(sample(raw))
+    return sniff_scale_bytes(checkpoint.read_bytes_range(name, SAMPLE_BYTES))
 
 
 def settle(checkpoint: Checkpoint, module: Module) -> tuple[Scheme, Sniff | None]:

@@ -52,8 +52,3 @@ def sniff_scale_bytes(raw: bytes | np.ndarray) -> Sniff:
     if p_e8m0 >= 0.5:
         return Sniff(E8M0, round(p_e8m0, 3), words + " (powers of two)", n)
     return Sniff(E4M3, round(1.0 - p_e8m0, 3), words + " (mantissa in use)", n)
-
-
-def sample(raw: bytes, limit: int = SAMPLE_BYTES) -> bytes:
-    """The first ``limit`` bytes: rows of one tensor are alike, so a prefix will do."""
-    return raw[:limit]

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from specguard.formats import scheme as s
-from specguard.formats.settle import scale_tensor
-from specguard.formats.sniff import E4M3, E8M0, SAMPLE_BYTES, sniff_scale_bytes
+from specguard.formats.settle import scale_tensor, sniff_module
+from specguard.formats.sniff import E4M3, E8M0
 from specguard.lint.content import ScaleColumn, ScaleSamples
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
@@ -114,10 +114,9 @@ def scale_label(ctx: LintContext) -> Iterator[Finding]:
             t = r.checkpoint.tensors[name]
             if t.dtype not in ("U8", "F8_E4M3", "F8_E8M0"):
                 continue
-            raw = r.checkpoint.read_bytes_range(name, SAMPLE_BYTES)
-            sn = sniff_scale_bytes(raw)
+            sn = sniff_module(r.checkpoint, mod)
             label = claim if t.dtype == "U8" else t.dtype
-            if sn.dtype is not None and sn.dtype != label and sn.confidence >= 0.9:
+            if sn is not None and sn.dtype is not None and sn.dtype != label and sn.confidence >= 0.9:
                 how = f"claimed {label} by {'the declared scheme' if t.dtype == 'U8' else 'its dtype'}"
                 key = (t.dtype, label, sn.dtype)
                 groups[key].extend(rt.checkpoint_names)
