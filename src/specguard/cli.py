@@ -53,6 +53,12 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     return run_rule(args)
 
 
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from specguard.report.watch import run_watch
+
+    return run_watch(args)
+
+
 def _demo(argv: list[str]) -> int:
     try:
         from specguard.engine.demo import main as demo_main
@@ -117,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?")
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
+
+    p = sub.add_parser("watch", help="speculative-decoding health of a running vLLM server, from its /metrics")
+    from specguard.report.watch import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_watch)
 
     sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch)")
     sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")

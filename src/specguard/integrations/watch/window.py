@@ -25,6 +25,15 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from specguard.integrations.watch.levels import (
+    ALERT,
+    COSTLY_MEAN_LENGTH,
+    IDLE,
+    MAX_DROP,
+    MIN_ACCEPTANCE,
+    MIN_DRAFT_TOKENS,
+    OK,
+)
 from specguard.integrations.watch.metrics import (
     DRAFTS,
     Counters,
@@ -32,27 +41,6 @@ from specguard.integrations.watch.metrics import (
     SeriesKey,
     Snapshot,
 )
-
-# Default alert levels, from the project's own figures (README "Figures", docs/watch.md):
-# healthy drafters accept >= 34 % of draft tokens (lowest: seed 000's DSpark drafter, k = 5,
-# after the routing fix, 34-39 %; the demo's resolver S1 52.6 %, S4 75.7 %; seed 002's MTP
-# 78-92 %), collapsed ones <= 1.82 % (FORMATS.md: V4-Pro NVFP4 MTP, 240 / 13,180; seeds 000,
-# 001 and the demo's global policy: 0 %). 10 % sits 3.4x below the lowest healthy figure and
-# 5.5x above the highest collapsed one.
-MIN_ACCEPTANCE = 0.10
-# One drafter's acceptance across workloads moves by 7 % relative in the seeds (seed 002:
-# 81.6 % on AIME, 88.0 % on HumanEval, +-0.4 points across concurrency); the allocator-dependent
-# degradation of seed 001 (pos-0 79 % -> 57 % with no config change) is a 28 % drop.
-MAX_DROP = 0.25
-# Below this many draft tokens in the window the acceptance is not judged (binomial noise of
-# a 35 % rate over 200 tokens: +-3.4 points, well inside the 25 % drop).
-MIN_DRAFT_TOKENS = 200
-# Mean acceptance length under which speculation costs more than it saves: the verify step
-# costs at least one plain decoding step and the drafter's passes come on top; at 1.00 the
-# demo ran at 0.44x of plain decoding, seed 000 at 0.34x.
-COSTLY_MEAN_LENGTH = 1.1
-
-OK, ALERT, IDLE = "ok", "alert", "idle"
 
 
 @dataclass
@@ -239,14 +227,16 @@ def _pct(x: float) -> str:
 
 
 def _span(stats: ModelStats) -> str:
-    return f"over {stats.seconds:.0f} s" if stats.seconds else "since the engines started"
+    if stats.seconds is None:
+        return "since start"
+    return f"over {stats.seconds:.0f} s" if stats.seconds >= 1 else f"over {stats.seconds:.2f} s"
 
 
 def _numbers(stats: ModelStats) -> str:
     c = stats.counts
     mean = stats.mean_acceptance_length
-    return (f"{c.accepted:,.0f} of {c.draft_tokens:,.0f} draft tokens in {c.drafts:,.0f} drafts, "
-            f"mean length {mean:.2f}" if mean is not None else "no drafts")
+    return (f"{c.accepted:,.0f}/{c.draft_tokens:,.0f} draft tokens, {c.drafts:,.0f} drafts, "
+            f"mean len {mean:.2f}" if mean is not None else "no drafts")
 
 
 class Judge:
@@ -265,18 +255,16 @@ class Judge:
         reasons: list[str] = []
         base = self.baseline.get(stats.model)
         if acc < self.t.min_acceptance:
-            reason = f"below {_pct(self.t.min_acceptance)}: the drafter drafts noise"
+            reasons.append(f"below {_pct(self.t.min_acceptance)}: the drafter drafts noise")
             mean = stats.mean_acceptance_length
             if mean is not None and mean < COSTLY_MEAN_LENGTH:
                 gen = stats.generation_tokens_per_s
-                reason += (f"; speculation is costing you: {mean:.2f} tokens per verify step for "
-                           f"{stats.k or '?'} drafted" + (f", {gen:.1f} tok/s generated" if gen is not None else ""))
-            reasons.append(reason)
+                reasons.append("speculation is costing you" + (f" ({gen:.1f} tok/s generated)" if gen else ""))
         elif base is None and learn:
             self.baseline[stats.model] = base = acc
         if base is not None and acc < base * (1 - self.t.max_drop):
             reasons.append(f"down {_pct(1 - acc / base)} from {_pct(base)} in the first healthy window "
-                           f"(alert above a {_pct(self.t.max_drop)} drop)")
+                           f"(limit {_pct(self.t.max_drop)})")
         alerts = [f"ALERT {stats.model}: acceptance {_pct(acc)} {_span(stats)} ({_numbers(stats)}), "
                   + "; ".join(reasons)] if reasons else []
         return Verdict(stats, ALERT if alerts else OK, alerts, base)
