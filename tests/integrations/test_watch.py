@@ -34,6 +34,8 @@ from specguard.integrations.watch.metrics import ACCEPTED, ACCEPTED_PER_POS, DRA
 from tests.integrations.watch_server import COLLAPSED, HEALTHY, MetricsServer, VllmMetrics, vllm_config
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+# what the `specguard` entry point runs (`python -m specguard.cli` would load the module twice)
+CLI = [sys.executable, "-c", "import sys; from specguard.cli import main; sys.exit(main())", "watch"]
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +110,8 @@ def test_collapse_alerts_with_model_and_numbers(server: MetricsServer, config: A
     assert v.status == "alert"
     (line,) = v.alerts
     assert "ds4-s1" in line and "acceptance 0.0 %" in line and "0/300 draft tokens, 100 drafts" in line
-    assert "speculation is costing you" in line and "down 100.0 % from 54.2 %" in line
+    assert "below 10.0 %" in line and "speculation is costing you" in line
+    assert "down" not in line  # the drop is named only above the threshold: one reason is enough
     assert "\n" not in line
 
 
@@ -266,7 +269,7 @@ def test_http_error_and_foreign_prometheus_page(server: MetricsServer) -> None:
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "specguard.cli", "watch", *args], capture_output=True,
+    return subprocess.run([*CLI, *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
 
@@ -307,7 +310,7 @@ def test_json_lines_and_ctrl_c(server: MetricsServer, config: Any) -> None:
     m = VllmMetrics(config)
     server.serve(m)
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([sys.executable, "-m", "specguard.cli", "watch", server.url, "--json",
+    proc = subprocess.Popen([*CLI, server.url, "--json",
                              "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     records = []
@@ -326,6 +329,58 @@ def test_json_lines_and_ctrl_c(server: MetricsServer, config: Any) -> None:
     assert last["speculation_costs"] is True and records[-1]["alerts"][0].startswith("ALERT ds4-s1")
 
 
+def test_live_view_on_a_terminal_at_80_columns(server: MetricsServer, config: Any) -> None:
+    """On a TTY the command draws rich's live table (at 80 columns) and Ctrl-C still ends it in one line."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    m = VllmMetrics(config, engines=[0, 1])
+    server.serve(m)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "PYTHONPATH": SRC, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen([*CLI, server.url, "--interval", "0.05"],
+                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    screen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"alert" not in screen and time.monotonic() < deadline:
+            m.steps(COLLAPSED * 100, engine=1)
+            if select.select([master], [], [], 0.05)[0]:
+                screen += os.read(master, 65536)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        os.close(master)
+    text = screen.decode(errors="replace")
+    plain = strip_ansi(text)
+    assert "\x1b[" in text and "┃model" in plain and "per pos %" in plain  # rich table, control codes
+    assert "ALERT ds4-s1: acceptance 0.0 %" in text
+    rows = [ln for ln in text.replace("\r", "\n").split("\n") if "│" in ln]
+    assert rows and all(len(strip_ansi(r)) <= 80 for r in rows)
+    assert proc.returncode == 130 and err.decode().strip() == "specguard watch: interrupted"
+
+
+def strip_ansi(s: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", s)
+
+
+def test_bad_arguments_exit_2_in_one_line() -> None:
+    r = run_cli("127.0.0.1:9", "--interval", "0")
+    assert r.returncode == 2 and r.stderr.strip() == "specguard: error: --interval must be in (0, 3600] seconds, not 0"
+    r = run_cli("127.0.0.1:9", "--min-acceptance", "150%")
+    assert r.returncode == 2 and "is outside 0..1" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("ftp://127.0.0.1:9", "--once")
+    assert r.returncode == 2 and r.stderr.strip() == "specguard watch: ftp://127.0.0.1:9: not an http(s) URL"
+
+
 def test_checkpoint_verdict_beside_the_alert(server: MetricsServer, config: Any, s1_dir: Path) -> None:
     m = VllmMetrics(config)
     server.serve(m)
@@ -338,3 +393,61 @@ def test_checkpoint_verdict_beside_the_alert(server: MetricsServer, config: Any,
     assert lines[i + 2] == "    draft routed experts stored MXFP4, vLLM 0.33 builds NVFP4 (ModelOptNvFp4FusedMoE)"
     assert lines[i + 3].startswith("    likely cause of a collapse: serve with the specguard vLLM plugin")
     assert all(len(ln) <= 160 for ln in lines), [len(ln) for ln in lines]
+
+
+# ----------------------------------------------------------------------------- the reference engine's runs
+
+@pytest.fixture(scope="module")
+def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[Any, int]]]:
+    """(SpecStats, tokens generated) per request of `specguard demo`'s S1 under the resolver and
+    global policies, through the functions demo.py itself calls."""
+    import torch
+
+    from specguard.engine.demo import export_all, load_case, prompts_from_held_out
+    from specguard.engine.specdec import speculative_generate
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        infos = export_all(tmp_path_factory.mktemp("watch-engine"), ["s1"])
+        prompts = prompts_from_held_out(8, length=48)
+        out = {}
+        for policy in ("resolver", "global"):
+            loaded = load_case("s1", policy, infos, "cpu")
+            gens = [speculative_generate(loaded.model, p, 48, 3, loaded.drafter) for p in prompts]
+            out[policy] = [(g.stats, len(g.tokens)) for g in gens]
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def export_runs(m: VllmMetrics, runs: list[tuple[Any, int]]) -> None:
+    """Each request's counters as the SpecDecodingStats vLLM's scheduler reports."""
+    from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+    for s, tokens in runs:
+        stats = SpecDecodingStats(num_spec_tokens=s.k, num_drafts=s.num_drafts, num_draft_tokens=s.num_draft_tokens,
+                                  num_accepted_tokens=s.num_accepted_tokens,
+                                  num_accepted_tokens_per_pos=list(s.accepted_per_pos),
+                                  num_draft_tokens_per_pos=[s.num_drafts] * s.k)
+        m.record(stats, tokens)
+
+
+def test_demo_global_collapse_is_caught_resolver_passes(
+        server: MetricsServer, s1_dir: Path, engine_runs: dict[str, list[tuple[Any, int]]]) -> None:
+    resolver = VllmMetrics(vllm_config(str(s1_dir), "s1-resolver"))
+    global_ = VllmMetrics(vllm_config(str(s1_dir), "s1-global"))
+    server.serve(resolver, global_)
+    w = watcher(server)
+    w.start()
+    export_runs(resolver, engine_runs["resolver"])
+    export_runs(global_, engine_runs["global"])
+    verdicts = {v.stats.model: v for v in w.poll().verdicts}
+    ok, bad = verdicts["s1-resolver"], verdicts["s1-global"]
+    assert ok.status == "ok" and ok.stats.acceptance > 0.4 and ok.stats.per_position[0] > 0.8
+    assert bad.status == "alert" and bad.stats.acceptance == 0 and bad.stats.mean_acceptance_length == 1
+    assert "speculation is costing you" in bad.alerts[0]
+    r = run_cli(server.url, "--once", "--interval", "0.05", "--json")
+    assert r.returncode == 1, r.stderr
+    (record,) = [json.loads(line) for line in r.stdout.splitlines()]
+    assert {m["model"]: m["status"] for m in record["models"]} == {"s1-resolver": "ok", "s1-global": "alert"}

@@ -153,9 +153,9 @@ def tick_record(tick: Tick, url: str, verdict: CheckpointVerdict | None) -> dict
 class Output:
     """Where ticks go: a rich Live table, plain lines, or JSON lines."""
 
-    def __init__(self, mode: str, verdict: CheckpointVerdict | None) -> None:
+    def __init__(self, mode: str, verdict: CheckpointVerdict | None, console: Console | None = None) -> None:
         self.mode, self.verdict = mode, verdict
-        self.console = Console(highlight=False)
+        self.console = console or Console(highlight=False)
         self._live: Live | None = None
         self._header = ""
 

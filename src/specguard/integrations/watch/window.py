@@ -262,7 +262,7 @@ class Judge:
                 reasons.append("speculation is costing you" + (f" ({gen:.1f} tok/s generated)" if gen else ""))
         elif base is None and learn:
             self.baseline[stats.model] = base = acc
-        if base is not None and acc < base * (1 - self.t.max_drop):
+        if not reasons and base is not None and acc < base * (1 - self.t.max_drop):
             reasons.append(f"down {_pct(1 - acc / base)} from {_pct(base)} in the first healthy window "
                            f"(limit {_pct(self.t.max_drop)})")
         alerts = [f"ALERT {stats.model}: acceptance {_pct(acc)} {_span(stats)} ({_numbers(stats)}), "
