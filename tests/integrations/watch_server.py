@@ -85,9 +85,9 @@ class _Quiet(WSGIRequestHandler):
 class MetricsServer:
     """An HTTP server on 127.0.0.1 (port 0) in a thread; ``answer`` decides every response."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.answer: Callable[[], tuple[str, str, bytes]] = lambda: ("200 OK", pc.CONTENT_TYPE_LATEST, b"")
-        self._server: WSGIServer = make_server("127.0.0.1", 0, self._app, handler_class=_Quiet)
+        self._server: WSGIServer = make_server("127.0.0.1", port, self._app, handler_class=_Quiet)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -158,6 +158,7 @@ class Output:
         self.console = console or Console(highlight=False)
         self._live: Live | None = None
         self._header = ""
+        self._alerting: set[str] = set()  # models whose last verdict was an alert
 
     def started(self, url: str, interval: float, window: float | None) -> None:
         """The header (``window`` None: --once, two scrapes ``interval`` apart)."""
@@ -207,8 +208,14 @@ class Output:
             print(plain_line(v, tick.time), flush=True)
             for alert in v.alerts:
                 print(alert, flush=True)
-                for line in self.verdict.lines() if self.verdict else []:
+            model = v.stats.model
+            if v.alerts and model not in self._alerting and self.verdict:  # the likely cause, once per alert
+                for line in self.verdict.lines():
                     print("  " + line, flush=True)
+            if v.status == ALERT:
+                self._alerting.add(model)
+            else:
+                self._alerting.discard(model)
 
     def _render(self, tick: Tick | None) -> Group:
         table = Table(title=self._header or None, title_justify="left", expand=False, pad_edge=False)
