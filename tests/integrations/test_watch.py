@@ -204,6 +204,31 @@ def test_stale_page_is_a_counter_going_backwards(server: MetricsServer, config: 
     assert w.poll().error is None
 
 
+def test_live_watch_outlasts_a_server_restart(server: MetricsServer, config: Any) -> None:
+    """Down for a scrape, then a new process: one error tick, then counting resumes from zero."""
+    m = VllmMetrics(config)
+    m.steps(HEALTHY * 4)
+    server.serve(m)
+    w = watcher(server, min_draft_tokens=24)
+    w.start()
+    server.serve_bytes(b"upstream connect error", "text/plain", "503 Service Unavailable")
+    assert isinstance(w.poll().error, NotPrometheus)
+    new = VllmMetrics(config)
+    new.steps(HEALTHY * 4)
+    server.serve(new)
+    tick = w.poll()
+    assert tick.error is None and tick.restarted == [("ds4-s1", "0")]
+    assert tick.verdicts[0].stats.counts.drafts == 32 and tick.verdicts[0].status == "ok"
+
+
+def test_url_forms() -> None:
+    from specguard.integrations.watch.metrics import metrics_url
+
+    assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    assert metrics_url("http://h:8000/") == "http://h:8000/metrics"
+    assert metrics_url("https://h/vllm/metrics") == "https://h/vllm/metrics"
+
+
 def test_two_engines_sum_per_model(server: MetricsServer, config: Any) -> None:
     m = VllmMetrics(config, engines=[0, 1])
     server.serve(m)
@@ -359,7 +384,7 @@ def test_live_view_on_a_terminal_at_80_columns(server: MetricsServer, config: An
         os.close(master)
     text = screen.decode(errors="replace")
     plain = strip_ansi(text)
-    assert "\x1b[" in text and "┃model" in plain and "per pos %" in plain  # rich table, control codes
+    assert "\x1b[" in text and "┃ model" in plain and "per pos %" in plain  # rich table, control codes
     assert "ALERT ds4-s1: acceptance 0.0 %" in text
     rows = [ln for ln in text.replace("\r", "\n").split("\n") if "│" in ln]
     assert rows and all(len(strip_ansi(r)) <= 80 for r in rows)

@@ -218,7 +218,7 @@ class Output:
                 self._alerting.discard(model)
 
     def _render(self, tick: Tick | None) -> Group:
-        table = Table(title=self._header or None, title_justify="left", expand=False, pad_edge=False)
+        table = Table(title=self._header or None, title_justify="left")
         for name, justify in (("model", "left"), ("accept", "right"), ("per pos %", "right"), ("len", "right"),
                               ("drafts/s", "right"), ("tok/s", "right"), ("status", "left")):
             table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "model")

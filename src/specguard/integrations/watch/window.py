@@ -154,12 +154,21 @@ class ModelStats:
     def as_dict(self) -> dict:
         c = self.counts
         return {
-            "model": self.model, "engines": self.engines, "seconds": self.seconds,
-            "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted_tokens": c.accepted,
-            "generation_tokens": c.generation_tokens, "acceptance": self.acceptance,
+            "model": self.model, "engines": self.engines, "seconds": _round(self.seconds),
+            "drafts": _count(c.drafts), "draft_tokens": _count(c.draft_tokens), "accepted_tokens": _count(c.accepted),
+            "generation_tokens": _count(c.generation_tokens), "acceptance": self.acceptance,
             "per_position": self.per_position, "mean_acceptance_length": self.mean_acceptance_length,
-            "drafts_per_s": self.drafts_per_s, "generation_tokens_per_s": self.generation_tokens_per_s,
+            "drafts_per_s": _round(self.drafts_per_s), "generation_tokens_per_s": _round(self.generation_tokens_per_s),
         }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _count(x: float | None) -> float | int | None:
+    """Prometheus values are floats; vLLM's counts are whole numbers."""
+    return int(x) if x is not None and x.is_integer() else x
 
 
 def by_model(deltas: dict[SeriesKey, Delta], seconds: float | None) -> list[ModelStats]:
