@@ -89,14 +89,14 @@ _V4_RENAME_REGEX = (
     (re.compile(r"(\.experts\.\d+\.w[123])\.scale$"), r"\1.weight_scale"),
     (re.compile(r"\.scale$"), ".weight_scale_inv"),
 )
-class EngineRaises(ValueError):
-    """vLLM itself raises ValueError here (modelled, not specguard's error): the layer cannot be built."""
-
-
 _V4_RENAME_PREFIX = (("layers.", "model.layers."), ("embed.", "model.embed."), ("norm.", "model.norm."),
                      ("hc_head", "model.hc_head"), ("mtp.", "model.mtp."))
 _V4_RENAME_SUFFIX = (("head.weight", "lm_head.weight"), ("embed.weight", "embed_tokens.weight"),
                      (".ffn.gate.bias", ".ffn.gate.e_score_correction_bias"))
+
+
+class EngineRaises(ValueError):
+    """vLLM itself raises ValueError here (modelled, not specguard's error): the layer cannot be built."""
 
 
 def v41_ignore_name(prefix: str, num_hidden_layers: int) -> str | None:
