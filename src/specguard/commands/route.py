@@ -10,6 +10,7 @@ from rich.table import Table
 from specguard.commands.output import write_json
 from specguard.commands.sources import open_path
 from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.errors import UsageError
 from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
 from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route
@@ -20,6 +21,9 @@ _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED:
 
 def resolvers(args: argparse.Namespace) -> list[Resolver]:
     """The target's resolver, plus the drafter's (routed by its own disk) with --draft."""
+    if args.draft_method == "eagle" and not args.draft:
+        raise UsageError("--draft-method eagle routes a separate EAGLE drafter: pass --draft SRC "
+                         "(the drafter's checkpoint; SOURCE is the target's)")
     target = Resolver(open_path(args.source, revision=args.revision, remote=args.remote),
                       draft_method=args.draft_method if not args.draft else None, platform=args.platform)
     out = [target]
