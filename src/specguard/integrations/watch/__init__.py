@@ -2,7 +2,8 @@
 
 metrics.py reads the page (vLLM 0.33's metric names, prometheus_client's parser),
 window.py turns counter snapshots into windowed rates and verdicts, watcher.py
-holds the loop's state. The command's output lives in report/watch.py.
+holds the loop's state, verdict.py the served checkpoint's lint verdict. The command's
+output lives in commands/watch.py.
 """
 
 from specguard.integrations.watch.metrics import (

@@ -3,10 +3,10 @@ comes from (no imports: the CLI parser reads them)."""
 
 OK, ALERT, IDLE = "ok", "alert", "idle"
 
-# Default alert levels, from the project's own figures (README "Figures", docs/watch.md):
+# Default alert levels, from the project's own figures (docs/watch.md lists them with their sources):
 # healthy drafters accept >= 34 % of draft tokens (lowest: seed 000's DSpark drafter, k = 5,
 # after the routing fix, 34-39 %; the demo's resolver S1 52.6 %, S4 75.7 %; seed 002's MTP
-# 78-92 %), collapsed ones <= 1.82 % (FORMATS.md: V4-Pro NVFP4 MTP, 240 / 13,180; seeds 000,
+# 78-92 %), collapsed ones <= 1.82 % (a V4-Pro NVFP4 MTP report, 240 / 13,180; seeds 000,
 # 001 and the demo's global policy: 0 %). 10 % sits 3.4x below the lowest healthy figure and
 # 5.5x above the highest collapsed one.
 MIN_ACCEPTANCE = 0.10

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from specguard.errors import SpecguardError
+
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -40,7 +42,7 @@ MAX_PAGE_BYTES = 64 * 1024 * 1024  # a real page is ~100 kB; refuse to buffer a 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 
 
-class WatchError(Exception):
+class WatchError(SpecguardError):
     """A server that cannot be watched: one line, exit 2."""
 
     kind = "error"

@@ -20,8 +20,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from specguard.cli import UsageError
+from specguard.errors import UsageError
 from specguard.integrations.watch.levels import ALERT, IDLE, MAX_DROP, MIN_ACCEPTANCE
+from specguard.terminal import console as terminal_console
 
 if TYPE_CHECKING:  # imported when the command runs: `specguard lint` should not pay for them
     from specguard.integrations.watch import Tick, Verdict, WatchError
@@ -70,8 +71,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _checkpoint(source: str) -> CheckpointVerdict:
+    from specguard.commands.sources import open_path
     from specguard.integrations.watch.verdict import checkpoint_verdict
-    from specguard.report.sources import open_path
     from specguard.resolve import Resolver
 
     return checkpoint_verdict([Resolver(open_path(source))])
@@ -155,7 +156,7 @@ class Output:
 
     def __init__(self, mode: str, verdict: CheckpointVerdict | None, console: Console | None = None) -> None:
         self.mode, self.verdict = mode, verdict
-        self.console = console or Console(highlight=False)
+        self.console = console or terminal_console()
         self._live: Live | None = None
         self._header = ""
         self._alerting: set[str] = set()  # models whose last verdict was an alert
