@@ -325,7 +325,7 @@ def test_once_cannot_watch_is_one_line_exit_2(server: MetricsServer, page: str, 
         server.close()
     r = run_cli(url, "--once", "--interval", "0.05", "--timeout", "2")
     assert r.returncode == 2
-    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("specguard watch: ")
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("specguard: error: ")
     assert "Traceback" not in r.stderr + r.stdout
     if page == "down":
         server.__init__()  # the fixture closes it again
@@ -347,7 +347,7 @@ def test_json_lines_and_ctrl_c(server: MetricsServer, config: Any) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and err.strip() == "specguard watch: interrupted"
+    assert proc.returncode == 130 and err.strip() == "specguard: interrupted"
     assert all(r["error"] is None for r in records)
     last = records[-1]["models"][0]
     assert last["model"] == "ds4-s1" and last["status"] == "alert" and last["acceptance"] == 0.0
@@ -388,7 +388,7 @@ def test_live_view_on_a_terminal_at_80_columns(server: MetricsServer, config: An
     assert "ALERT ds4-s1: acceptance 0.0 %" in text
     rows = [ln for ln in text.replace("\r", "\n").split("\n") if "│" in ln]
     assert rows and all(len(strip_ansi(r)) <= 80 for r in rows)
-    assert proc.returncode == 130 and err.decode().strip() == "specguard watch: interrupted"
+    assert proc.returncode == 130 and err.decode().strip() == "specguard: interrupted"
 
 
 def strip_ansi(s: str) -> str:
@@ -403,7 +403,7 @@ def test_bad_arguments_exit_2_in_one_line() -> None:
     r = run_cli("127.0.0.1:9", "--min-acceptance", "150%")
     assert r.returncode == 2 and "is outside 0..1" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("ftp://127.0.0.1:9", "--once")
-    assert r.returncode == 2 and r.stderr.strip() == "specguard watch: ftp://127.0.0.1:9: not an http(s) URL"
+    assert r.returncode == 2 and r.stderr.strip() == "specguard: error: ftp://127.0.0.1:9: not an http(s) URL"
 
 
 def test_checkpoint_verdict_beside_the_alert(server: MetricsServer, config: Any, s1_dir: Path) -> None:

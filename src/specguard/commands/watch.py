@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported when the command runs: `specguard lint` should not
     from specguard.integrations.watch import Tick, Verdict, WatchError
     from specguard.integrations.watch.verdict import CheckpointVerdict
 
-EXIT_OK, EXIT_ALERT, EXIT_CANNOT_WATCH, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_ALERT = 0, 1  # 2 (cannot watch, a WatchError) and 130 (Ctrl-C) come from the CLI
 _STYLE = {"ok": "green", ALERT: "bold red", IDLE: "dim"}
 
 
@@ -99,12 +99,11 @@ def run_watch(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
                 out.show(watcher.poll(), watcher.url)
     except WatchError as e:
-        out.error(e)
-        return EXIT_CANNOT_WATCH
-    except KeyboardInterrupt:
+        out.error(e)  # the JSON record first; then the CLI's one line, exit 2
+        raise
+    except KeyboardInterrupt:  # the CLI prints its one line and exits 130
         out.close()
-        print("specguard watch: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise
 
 
 # ----------------------------------------------------------------------------- output
@@ -197,7 +196,6 @@ class Output:
         if self.mode == "json":
             print(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "error": {"kind": e.kind, "message": str(e)}}), flush=True)
-        print(f"specguard watch: {e}", file=sys.stderr, flush=True)
 
     def _plain(self, tick: Tick) -> None:
         if tick.error is not None:
