@@ -476,3 +476,24 @@ def test_demo_global_collapse_is_caught_resolver_passes(
     assert r.returncode == 1, r.stderr
     (record,) = [json.loads(line) for line in r.stdout.splitlines()]
     assert {m["model"]: m["status"] for m in record["models"]} == {"s1-resolver": "ok", "s1-global": "alert"}
+
+
+def test_a_server_that_does_not_speak_http() -> None:
+    """A TCP server that answers garbage (an SSH or Redis port given by mistake)."""
+    import socketserver
+    import threading
+
+    class Garbage(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(1024)
+            self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    with socketserver.TCPServer(("127.0.0.1", 0), Garbage) as srv:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            with pytest.raises(NotPrometheus, match="did not answer in HTTP"):
+                scrape(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout=5)
+        finally:
+            srv.shutdown()
+    with pytest.raises(ServerDown, match="not a valid URL"):
+        scrape("http://127.0.0.1:8x/metrics")

@@ -18,6 +18,7 @@ own text parser.
 
 from __future__ import annotations
 
+import http.client
 import math
 import time
 import urllib.error
@@ -116,6 +117,10 @@ def fetch(url: str, timeout: float) -> tuple[str, str]:
             ctype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
         raise NotPrometheus(f"{url} answered HTTP {e.code} {e.reason}: not a metrics page") from None
+    except http.client.InvalidURL as e:
+        raise ServerDown(f"{url}: not a valid URL ({e})") from None
+    except http.client.HTTPException as e:  # a server that does not speak HTTP, or cut the answer short
+        raise NotPrometheus(f"{url} did not answer in HTTP ({e.__class__.__name__}: {str(e)[:60]})") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise ServerDown(f"{url}: server down or unreachable ({reason})") from None
