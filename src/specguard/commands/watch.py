@@ -159,6 +159,7 @@ class Output:
         self._live: Live | None = None
         self._header = ""
         self._alerting: set[str] = set()  # models whose last verdict was an alert
+        self._last: Tick | None = None  # the live table keeps the last figures through an error
 
     def started(self, url: str, interval: float, window: float | None) -> None:
         """The header (``window`` None: --once, two scrapes ``interval`` apart)."""
@@ -217,24 +218,29 @@ class Output:
                 self._alerting.discard(model)
 
     def _render(self, tick: Tick | None) -> Group:
-        table = Table(title=self._header or None, title_justify="left")
-        for name, justify in (("model", "left"), ("accept", "right"), ("per pos %", "right"), ("len", "right"),
-                              ("drafts/s", "right"), ("tok/s", "right"), ("status", "left")):
+        table = Table(title=Text(self._header) if self._header else None, title_justify="left")
+        for name, justify in (("model", "left"), ("eng", "right"), ("accept", "right"), ("per pos %", "right"),
+                              ("len", "right"), ("drafts/s", "right"), ("tok/s", "right"), ("status", "left")):
             table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "model")
         parts: list = [table]
-        if tick is None:
+        error = tick.error if tick is not None else None
+        if tick is not None and error is None:
+            self._last = tick
+        shown = self._last
+        if shown is None and error is None:
             parts.append(Text("waiting for the first interval...", style="dim"))
-        elif tick.error is not None:
-            parts.append(Text(f"{_clock(tick.time)} {tick.error}", style="yellow"))
-        else:
-            for v in tick.verdicts:
-                s = v.stats
-                status = v.status + (" *" if s.seconds is None else "")
-                table.add_row(s.model, _pct(s.acceptance), _per_pos(v), _num(s.mean_acceptance_length, ".2f"),
-                              _num(s.drafts_per_s), _num(s.generation_tokens_per_s),
-                              Text(status, style=_STYLE.get(v.status, "")))
-            parts += [Text(a, style="bold red") for v in tick.verdicts for a in v.alerts]
-            if any(v.stats.seconds is None for v in tick.verdicts):
+        for v in shown.verdicts if shown else []:
+            s = v.stats
+            status = v.status + (" *" if s.seconds is None else "")
+            table.add_row(Text(s.model), str(len(s.engines)), _pct(s.acceptance), _per_pos(v),
+                          _num(s.mean_acceptance_length, ".2f"), _num(s.drafts_per_s), _num(s.generation_tokens_per_s),
+                          Text(status, style=_STYLE.get(v.status, "")))
+        if shown is not None:
+            parts += [Text(a, style="bold red") for v in shown.verdicts for a in v.alerts]
+            if any(v.stats.seconds is None for v in shown.verdicts):
                 parts.append(Text("* judged on the counters since the engines started", style="dim"))
+        if tick is not None and error is not None:
+            parts.append(Text(f"{_clock(tick.time)} {error}" + (" (figures above: the last good scrape)"
+                                                                  if shown else ""), style="yellow"))
         parts += [Text(line) for line in (self.verdict.lines() if self.verdict else [])]
         return Group(*parts)
