@@ -12,7 +12,7 @@ OK, ALERT, IDLE = "ok", "alert", "idle"
 MIN_ACCEPTANCE = 0.10
 # One drafter's acceptance across workloads moves by 7 % relative in the seeds (seed 002:
 # 81.6 % on AIME, 88.0 % on HumanEval, +-0.4 points across concurrency); the allocator-dependent
-# degradation of seed 001 (pos-0 79 % -> 57 % with no config change) is a 28 % drop.
+# degradation of seed 001 (79 % vs 57 % with no config change) is a 28 % drop.
 MAX_DROP = 0.25
 # Below this many draft tokens in the window the acceptance is not judged (binomial noise of
 # a 35 % rate over 200 tokens: +-3.4 points, well inside the 25 % drop).
