@@ -229,6 +229,27 @@ def test_url_forms() -> None:
     assert metrics_url("https://h/vllm/metrics") == "https://h/vllm/metrics"
 
 
+def test_one_counter_dropping_alone_is_not_a_restart(config: Any) -> None:
+    """Without _created, drafts not dropping while accepted drops cannot be a restart
+    (SpecDecodingProm.observe increments them together): going backwards."""
+    from specguard.integrations.watch import diff, parse
+
+    pc.disable_created_metrics()
+    try:
+        m = VllmMetrics(config)
+        m.steps(HEALTHY * 2)
+        before = m.page().decode()
+        m.steps(HEALTHY)
+        live = m.page().decode()
+    finally:
+        pc.enable_created_metrics()
+    line = 'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="ds4-s1"}'
+    after = live.replace(f"{line} 39.0", f"{line} 20.0")
+    assert after != live and "_created" not in live
+    with pytest.raises(CounterWentBackwards, match=r"num_accepted_tokens went backwards from 26 to 20 \(while"):
+        diff(parse(before), parse(after))
+
+
 def test_two_engines_sum_per_model(server: MetricsServer, config: Any) -> None:
     m = VllmMetrics(config, engines=[0, 1])
     server.serve(m)
