@@ -1,0 +1,87 @@
+"""Config first: exclusion entries, in the stack's own syntax, that match the runtime
+prefixes vLLM 0.33 tests them against, so modules stored unquantized load unquantized
+(S2's BF16 MTP tower under a compressed-tensors config).
+
+Per stack (declared/ models each stack's semantics):
+- fp8 / deepseek_v4_fp8: ``ignored_layers``, exact match (``is_layer_skipped``
+  with ``match_mode="exact"``) after the model's weights mapper renamed them;
+- compressed-tensors: ``ignore``, an exact name or ``re:`` + ``re.match``
+  (``should_ignore_layer``); ``re:`` entries are never renamed
+  (``CompressedTensorsConfig.apply_vllm_mapper``);
+- ModelOpt: ``ignore`` / ``exclude_modules`` (exact, substring or fnmatch,
+  ``is_layer_excluded``), in the file the claim lives in.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
+from specguard.layouts import roles as r
+from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
+from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
+from specguard.resolve import Resolver
+
+_LAYER = re.compile(r"^(.*?layers\.\d+)\.")
+QUANTIZABLE = (r.LINEAR, r.ROUTED_EXPERTS, r.HEAD_KIND, r.EMBEDDING_KIND)
+
+
+def apply(plan: Plan, problems: list[Problem]) -> None:
+    groups = by_module(p for p in problems if stored_plain_built_quantized(p))
+    per_overlay: dict[int, list[Problem]] = {}
+    for ps in groups.values():
+        per_overlay.setdefault(id(ps[0].overlay), []).append(ps[0])
+    for firsts in per_overlay.values():
+        p = firsts[0]
+        exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
+                "stored unquantized, the config made vLLM 0.33 build them quantized")
+    settle(q for ps in groups.values() for q in ps)
+
+
+def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str) -> None:
+    """Add the entries that make vLLM build ``prefixes`` unquantized."""
+    stack = resolver.declared_config.stack
+    if stack in ("fp8", "deepseek_v4_fp8"):
+        overlay.add_entries("ignored_layers", _exact(resolver, prefixes), why)
+    elif stack == "compressed-tensors":
+        overlay.add_entries("ignore", _grouped(resolver, prefixes, COMPRESSED_TENSORS), why)
+    elif stack == "modelopt":
+        block, _ = overlay.quant_block()
+        key = "ignore" if "ignore" in block else "exclude_modules"
+        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT), why)
+    else:
+        raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
+                           f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")
+
+
+def _exact(resolver: Resolver, prefixes: list[str]) -> list[str]:
+    """``ignored_layers`` entries. A separate DSpark drafter's quant config keeps its
+    lists raw and vLLM builds its layers under an empty root (``layers.2.ffn.experts``,
+    dspark/utils.py ``load_dspark_model``); the target's and the MTP draft's lists
+    go through the model's mapper, which leaves ``model.layers.*`` as it is."""
+    out: list[str] = []
+    dspark = resolver.target is not None or resolver.layout.draft_kind == r.DSPARK
+    for prefix in prefixes:
+        out.append(prefix)
+        if dspark and resolver.layout.role(prefix).is_draft and prefix.startswith("model."):
+            out.append(prefix.removeprefix("model."))
+    return out
+
+
+def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[str]:
+    """One wildcard per layer whose every quantizable module is excluded, exact names otherwise."""
+    want = set(prefixes)
+    layers: dict[str, list[str]] = {}
+    for prefix in prefixes:
+        m = _LAYER.match(prefix)
+        layers.setdefault(m.group(1) if m else prefix, []).append(prefix)
+    out: list[str] = []
+    for parent, members in layers.items():
+        siblings = {rt.prefix for rt in resolver.routes()
+                    if rt.prefix.startswith(parent + ".") and rt.kind in QUANTIZABLE}
+        pattern = Pattern(parent, semantics, "")
+        if len(members) > 1 and siblings <= want:
+            out += pattern.propose(members)
+        else:
+            out += [x for m in members for x in Pattern(m, semantics, "").propose([m])]
+    return list(dict.fromkeys(out))

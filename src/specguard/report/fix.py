@@ -1,0 +1,107 @@
+"""`specguard fix`: write a repaired checkpoint (or print the config change)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specguard.checkpoint.source import Checkpoint
+from specguard.lint.context import describe
+from specguard.report.sources import open_path
+from specguard.repair import make_plan, platforms_for
+from specguard.repair.diff import config_diff, hf_overrides
+from specguard.repair.plan import Plan, merged
+from specguard.repair.verify import verify
+from specguard.repair.write import Written, write_repair
+
+EXIT_OK = 0
+
+
+def run_fix(args: argparse.Namespace) -> int:
+    from specguard.cli import UsageError
+
+    if args.out is None and not args.diff:
+        raise UsageError("fix needs --out DIR (or --diff to print the config change)")
+    if args.remote and not args.diff:
+        raise UsageError("a remote checkpoint cannot be linked into DIR: use --diff")
+    target = _open(args.source, args)
+    drafter = _open(args.draft, args) if args.draft else None
+    platforms = platforms_for(args.platform)
+    plan = make_plan(target, drafter, platforms, args.draft_method)
+    names = " + ".join(c.name for c in (target, drafter) if c is not None)
+    if plan.clean:
+        print(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
+        return EXIT_OK
+    _print_problems(plan)
+    _print_changes(plan)
+    out = Path(args.out) if args.out else None
+    if args.diff:
+        _print_diff(plan, out)
+        if out is None:
+            return EXIT_OK
+    results = write_repair(plan, out, lambda paths: verify(paths, platforms, args.draft_method))
+    checked = verify({w.overlay.role: w.path for w in results}, platforms, args.draft_method)
+    for w in results:
+        _print_written(w)
+    left = f"; lint warnings left: {', '.join(checked.warnings)}" if checked.warnings else ""
+    print(f"verified: route {checked.modules}/{checked.modules} ok on {', '.join(platforms)}; "
+          f"lint: no error{left}")
+    if len(results) > 1:
+        print(f"serve: vllm serve {results[0].path} --speculative-config "
+              f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
+    return EXIT_OK
+
+
+def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
+    from specguard.cli import UsageError
+
+    ckpt = open_path(source, revision=args.revision, remote=args.remote)
+    if ckpt.root is not None and Path(source or ckpt.root).is_file():
+        raise UsageError(f"{source}: fix needs a checkpoint directory (config.json beside the shards)")
+    return ckpt
+
+
+def _print_problems(plan: Plan) -> None:
+    seen: dict[tuple, list[str]] = {}
+    for p in plan.problems:
+        seen.setdefault((p.overlay.checkpoint.name, p.route.prefix, p.route.verdict), []).append(p.platform)
+    for (name, prefix, verdict), platforms in seen.items():
+        print(f"{name}: {prefix} {verdict} on {', '.join(platforms)}")
+
+
+def _print_changes(plan: Plan) -> None:
+    for ov in plan.overlays:
+        who = f"{ov.role}: " if len(plan.overlays) > 1 else ""
+        for c in merged(ov.changes):
+            values = ", ".join(repr(v) for v in c.values)
+            print(f"  {who}{c.file} {c.key} {c.op} {values}  ({c.why})")
+        if ov.reencode:
+            fmts = sorted(set(ov.reencode.values()))
+            print(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "
+                  f"{describe(ov.reencode)}")
+
+
+def _print_diff(plan: Plan, out: Path | None) -> None:
+    print(config_diff(plan, out), end="")
+    overrides, why = hf_overrides(plan)
+    if overrides is None:
+        print(f"no --hf-overrides: {why}")
+    else:
+        print(f"vllm serve {plan.overlays[0].checkpoint.name} --hf-overrides '{overrides}'")
+        print(f"  ({why})")
+
+
+def _print_written(w: Written) -> None:
+    new = ", ".join(sorted(w.written))
+    links = len(w.linked) + len(w.symlinked)
+    kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
+    added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
+    print(f"wrote {w.path}: {new}; {links} file(s) as {kind}{added}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
