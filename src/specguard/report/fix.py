@@ -7,12 +7,12 @@ from pathlib import Path
 
 from specguard.checkpoint.source import Checkpoint
 from specguard.lint.context import describe
-from specguard.report.sources import open_path
 from specguard.repair import make_plan, platforms_for
 from specguard.repair.diff import config_diff, hf_overrides
 from specguard.repair.plan import Plan, merged
 from specguard.repair.verify import verify
 from specguard.repair.write import Written, write_repair
+from specguard.report.sources import open_path
 
 EXIT_OK = 0
 
@@ -62,11 +62,15 @@ def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
 
 
 def _print_problems(plan: Plan) -> None:
-    seen: dict[tuple, list[str]] = {}
+    """One line per checkpoint, verdict and set of platforms: the modules, run-length grouped."""
+    platforms: dict[tuple, list[str]] = {}
     for p in plan.problems:
-        seen.setdefault((p.overlay.checkpoint.name, p.route.prefix, p.route.verdict), []).append(p.platform)
-    for (name, prefix, verdict), platforms in seen.items():
-        print(f"{name}: {prefix} {verdict} on {', '.join(platforms)}")
+        platforms.setdefault((p.overlay.checkpoint.name, p.route.verdict, p.route.prefix), []).append(p.platform)
+    lines: dict[tuple, list[str]] = {}
+    for (name, verdict, prefix), where in platforms.items():
+        lines.setdefault((name, verdict, ", ".join(where)), []).append(prefix)
+    for (name, verdict, where), prefixes in lines.items():
+        print(f"{name}: {len(prefixes)} module(s) {verdict} on {where}: {describe(prefixes)}")
 
 
 def _print_changes(plan: Plan) -> None:
@@ -92,11 +96,13 @@ def _print_diff(plan: Plan, out: Path | None) -> None:
 
 
 def _print_written(w: Written) -> None:
-    new = ", ".join(sorted(w.written))
     links = len(w.linked) + len(w.symlinked)
     kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
+    if not w.written:
+        print(f"wrote {w.path}: unchanged, {links} file(s) as {kind}")
+        return
     added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
-    print(f"wrote {w.path}: {new}; {links} file(s) as {kind}{added}")
+    print(f"wrote {w.path}: {', '.join(sorted(w.written))}; {links} file(s) as {kind}{added}")
 
 
 def _size(n: int) -> str:

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 from specguard.declared.vllm033 import V4_CLASS, V41_CLASS
 from specguard.formats import scheme as s
+from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Problem
 from specguard.resolve import MISROUTED
-from specguard.layouts import roles as r
 
 
 def misrouted(p: Problem) -> bool:
