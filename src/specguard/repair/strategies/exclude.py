@@ -42,7 +42,7 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str)
     """Add the entries that make vLLM build ``prefixes`` unquantized."""
     stack = resolver.declared_config.stack
     if stack in ("fp8", "deepseek_v4_fp8"):
-        overlay.add_entries("ignored_layers", _exact(resolver, prefixes), why)
+        overlay.add_entries("ignored_layers", _exact(prefixes), why)
     elif stack == "compressed-tensors":
         overlay.add_entries("ignore", _grouped(resolver, prefixes, COMPRESSED_TENSORS), why)
     elif stack == "modelopt":
@@ -54,18 +54,13 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str)
                            f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")
 
 
-def _exact(resolver: Resolver, prefixes: list[str]) -> list[str]:
-    """``ignored_layers`` entries. A separate DSpark drafter's quant config keeps its
-    lists raw and vLLM builds its layers under an empty root (``layers.2.ffn.experts``,
-    dspark/utils.py ``load_dspark_model``); the target's and the MTP draft's lists
-    go through the model's mapper, which leaves ``model.layers.*`` as it is."""
-    out: list[str] = []
-    dspark = resolver.target is not None or resolver.layout.draft_kind == r.DSPARK
-    for prefix in prefixes:
-        out.append(prefix)
-        if dspark and resolver.layout.role(prefix).is_draft and prefix.startswith("model."):
-            out.append(prefix.removeprefix("model."))
-    return out
+def _exact(prefixes: list[str]) -> list[str]:
+    """``ignored_layers`` entries: the runtime prefixes themselves. The target's and
+    the MTP draft's lists go through DeepSeek-V4's weights mapper, which leaves
+    ``model.layers.*`` as it is; a DSpark draft's fresh quant config keeps its list
+    raw and builds its layers at ``model.layers.{N+i}`` (nvidia/amd/xpu dspark.py:
+    ``DSparkDeepseekV4Model`` under prefix ``model``)."""
+    return list(prefixes)
 
 
 def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[str]:
