@@ -204,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (1 is fastest for this small model)")
     p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-position acceptance")
+    p.add_argument("--fixed", action="store_true",
+                   help="add a row: the checkpoint repaired by `specguard fix`, under the stock (global) policy")
     p.add_argument("--no-guard", action="store_true",
                    help="load without LoadGuard: never-written parameters keep torch.empty memory, "
                         "so the global policy's results depend on the allocator (seed 001)")
@@ -263,15 +265,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[PolicyResult] = []
     with _threads(args.threads), tempfile.TemporaryDirectory(prefix="specguard-demo-") as tmp:
         infos = export_all(Path(tmp), scenarios)
+        if args.fixed:
+            from specguard.repair.demo import fixed_infos, run_fixed
+
+            fixed = fixed_infos(infos, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("decoding", total=len(scenarios) * len(POLICIES) * len(prompts))
+            rows = len(POLICIES) + bool(args.fixed)
+            task = progress.add_task("decoding", total=len(scenarios) * rows * len(prompts))
             for scenario in scenarios:
                 for policy in POLICIES:
                     progress.update(task, description=f"{scenario} {policy:8s}")
                     results.append(run_case(scenario, policy, infos, prompts, args.new_tokens, args.k,
                                             args.device, lambda: progress.advance(task),
                                             guard=not args.no_guard))
+                if args.fixed:
+                    results.append(run_fixed(scenario, fixed, prompts, args.new_tokens, args.k, args.device,
+                                             lambda: progress.advance(task), guard=not args.no_guard))
     console.print(f"Greedy decoding of {len(prompts)} held-out prompts x {args.new_tokens} tokens, "
                   f"k = {args.k} draft tokens, device {args.device}. accept = accepted / draft tokens; "
                   "per pos = accepted at position i / drafts; mean len = 1 + accepted / drafts; "
