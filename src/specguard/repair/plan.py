@@ -92,10 +92,10 @@ class Overlay:
 
     def add_entries(self, key: str, entries: Sequence[str], why: str) -> None:
         block, file = self.quant_block()
-        have = block.setdefault(key, [])
+        have = block.get(key) if isinstance(block.get(key), list) else []
         new = [e for e in entries if e not in have]
         if new:
-            have.extend(new)
+            block[key] = [*have, *new]
             self.changes.append(Change(file, key, "+", tuple(new), why))
 
     def drop_entries(self, key: str, entries: Sequence[str], why: str) -> None:

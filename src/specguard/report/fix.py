@@ -30,6 +30,10 @@ def run_fix(args: argparse.Namespace) -> int:
     plan = make_plan(target, drafter, platforms, args.draft_method)
     names = " + ".join(c.name for c in (target, drafter) if c is not None)
     if plan.clean:
+        left = _lint_errors(target, drafter, platforms[0], args.draft_method)
+        if left:
+            raise UsageError(f"{names}: every module routes as stored, but lint finds {left}; "
+                             "fix repairs routing only (`specguard lint` says what to change)")
         print(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
         return EXIT_OK
     _print_problems(plan)
@@ -50,6 +54,16 @@ def run_fix(args: argparse.Namespace) -> int:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
     return EXIT_OK
+
+
+def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None) -> str:
+    from specguard.lint import lint
+    from specguard.lint.finding import ERROR
+    from specguard.repair.plan import open_resolvers
+
+    errors = sorted({f.code for f in lint(open_resolvers(target, drafter, platform, method)).findings
+                     if f.severity == ERROR})
+    return ", ".join(errors)
 
 
 def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
@@ -99,10 +113,11 @@ def _print_written(w: Written) -> None:
     links = len(w.linked) + len(w.symlinked)
     kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
     if not w.written:
-        print(f"wrote {w.path}: unchanged, {links} file(s) as {kind}")
+        print(f"wrote {w.path}: unchanged, {links} {kind}")
         return
     added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
-    print(f"wrote {w.path}: {', '.join(sorted(w.written))}; {links} file(s) as {kind}{added}")
+    print(f"wrote {w.path}: {len(w.written)} new file(s), {links} {kind}{added}")
+    print(f"  new: {', '.join(sorted(w.written))}")
 
 
 def _size(n: int) -> str:

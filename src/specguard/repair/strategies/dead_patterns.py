@@ -22,5 +22,4 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         for f in lint([p.resolver], select_codes=["SG101"]).findings:
             key = re.sub(r"\[\d+\]$", "", f.data.get("key", "")).rsplit(".", 1)[-1].split(":")[-1]
             if any((id(p.overlay), m) in repaired for m in f.modules):
-                p.overlay.drop_entries(key, [f.data["pattern"]], "matched checkpoint names only, "
-                                                                 "never a runtime prefix (SG101)")
+                p.overlay.drop_entries(key, [f.data["pattern"]], "matches no runtime prefix (SG101)")

@@ -25,5 +25,5 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
             raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "
                                         "MTP config to the trailing layers stored")
         p.overlay.set_key("num_nextn_predict_layers", len(stored),
-                          f"{layout.num_draft_layers} MTP layer(s) declared, {len(stored)} stored")
+                          f"{layout.num_draft_layers} declared, {len(stored)} stored")
     settle(absent)

@@ -34,7 +34,7 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     for firsts in per_overlay.values():
         p = firsts[0]
         exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
-                "stored unquantized, the config made vLLM 0.33 build them quantized")
+                "stored unquantized")
     settle(q for ps in groups.values() for q in ps)
 
 

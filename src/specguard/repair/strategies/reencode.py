@@ -26,5 +26,5 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         for name in p.route.checkpoint_names:
             p.overlay.reencode[name] = s.BF16
         exclude(p.overlay, p.resolver, [p.route.prefix],
-                "re-encoded BF16 (exact), loaded unquantized on every platform class")
+                "re-encoded BF16: unquantized on every class")
         settle(ps)

@@ -19,6 +19,5 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         name = v41_ignore_name(p.route.prefix, n)
         if name is None:
             continue
-        p.overlay.add_entries("ignore", [name], "stored MXFP4: the DeepSeek-V4.1 quant config (CUDA/ROCm) "
-                                                "builds matching experts MXFP4")
+        p.overlay.add_entries("ignore", [name], "V4.1 class (CUDA/ROCm) builds them MXFP4")
         settle(ps)
