@@ -72,5 +72,4 @@ def hf_overrides(plan: Plan) -> tuple[str | None, str]:
                       "and vLLM 0.33 applies dict overrides to the target only "
                       "(SpeculativeConfig.compose_draft_hf_overrides); serve the draft from the repaired directory")
     text = json.dumps({"quantization_config": new["quantization_config"]}, separators=(",", ":"))
-    return text, ("replaces the target's quantization_config; the MTP draft is built with the target's "
-                  "quant config object, so it is fixed too")
+    return text, "the target's quantization_config; its MTP draft shares the target's quant config"
