@@ -70,10 +70,34 @@ def test_fix_on_a_repaired_checkpoint_needs_nothing(repaired, capsys: pytest.Cap
         assert "nothing to repair" in capsys.readouterr().out
 
 
-def test_twice_gives_the_same_directory(scenarios, repaired, tmp_path: Path) -> None:
+def test_twice_gives_the_same_directory(scenarios, repaired, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     again = tmp_path / "again"
     assert fix(scenarios["s1"].path, again) == 0
     assert _digest(again) == _digest(repaired("s1"))
+    inodes = {p.name: p.stat().st_ino for p in again.iterdir()}
+    capsys.readouterr()
+    assert fix(scenarios["s1"].path, again) == 0  # into the same DIR: it already holds this repair
+    assert "already holds this repair; left as it is" in capsys.readouterr().out
+    assert {p.name: p.stat().st_ino for p in again.iterdir()} == inodes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again"]
+
+
+def test_a_nan_scale_byte_is_not_rounded_into_bf16(scenarios, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "s1-nan"
+    src.mkdir()
+    for p in scenarios["s1"].path.iterdir():
+        (src / p.name).write_bytes(p.read_bytes())
+    ckpt = open_checkpoint(src)
+    t = ckpt.tensors["mtp.0.ffn.experts.1.w2.scale"]
+    with open(src / t.file, "r+b") as f:
+        f.seek(t.offsets[0])
+        f.write(b"\xff")  # E8M0 NaN
+    assert fix(src, tmp_path / "out") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specguard: error: mtp.0.ffn.experts.1.w2: ") and "nothing written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s1-nan"]
 
 
 def test_s5_says_what_is_missing_and_writes_nothing(scenarios, tmp_path: Path,

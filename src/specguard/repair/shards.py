@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from specguard import codecs
+from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats import scheme as s
@@ -29,8 +30,8 @@ from specguard.formats.table import Module
 CHUNK = 1 << 20
 
 
-class NotExact(ValueError):
-    """A value the target format cannot hold exactly (fix never rounds)."""
+class NotExact(CheckpointError):
+    """A value the target format cannot hold exactly (fix never rounds), or bytes that do not decode."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,13 @@ def decode_bf16(checkpoint: Checkpoint, module: Module) -> np.ndarray:
     """An MXFP4 (DeepSeek names) module as BF16, exact: every E2M1 value times a
     power of two within BF16's range is a BF16 value; anything else raises."""
     parts = {p: checkpoint.read(t.name) for p, t in module.params.items() if p in ("weight", "scale")}
-    w = codecs.dequantize(s.MXFP4, parts, convention=s.DEEPSEEK)
+    try:
+        w = codecs.dequantize(s.MXFP4, parts, convention=s.DEEPSEEK)
+    except ValueError as e:
+        raise NotExact(module.name, f"does not decode as MXFP4: {e}; nothing written") from e
     b = w.astype(ml_dtypes.bfloat16)
     if not np.isfinite(w).all() or not np.array_equal(b.astype(np.float32), w):
-        raise NotExact(f"{module.name}: MXFP4 values outside BF16's exact range")
+        raise NotExact(module.name, "MXFP4 values outside BF16's exact range (NaN scale byte?); nothing written")
     return b
 
 
@@ -99,7 +103,10 @@ def write_shard(checkpoint: Checkpoint, shard: str, entries: list[Entry], dest: 
 
 def _bytes(checkpoint: Checkpoint, src, e: Entry) -> Iterator[bytes]:
     if e.module is not None:
-        yield decode_bf16(checkpoint, e.module).tobytes()
+        b = decode_bf16(checkpoint, e.module)
+        if b.shape != e.shape:  # the header written first promised this shape
+            raise NotExact(e.name, f"decoded shape {b.shape}, expected {e.shape}; nothing written")
+        yield b.tobytes()
         return
     begin, end = e.source.offsets
     src.seek(begin)

@@ -10,6 +10,7 @@ absent.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -38,6 +39,7 @@ class Written:
     replaced: dict[str, int] = field(default_factory=dict)  # source shard -> its size
     linked: list[str] = field(default_factory=list)
     symlinked: list[str] = field(default_factory=list)
+    unchanged: bool = False  # DIR already held exactly this repair
 
     @property
     def added_bytes(self) -> int:
@@ -52,7 +54,7 @@ def layout(plan: Plan, out: Path) -> dict[str, Path]:
 
 
 def check_out(plan: Plan, out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
         raise BadOutput(str(out), "--out must be a new or empty directory")
     real = out.resolve()
     for ov in plan.overlays:
@@ -66,18 +68,34 @@ def check_out(plan: Plan, out: Path) -> None:
 
 def write_repair(plan: Plan, out: Path, verify) -> list[Written]:
     """Write ``plan`` into ``out`` atomically; ``verify(paths)`` raises if the result
-    does not route right (nothing is left behind then)."""
+    does not route right (nothing is left behind then). A non-empty ``out`` that
+    already holds exactly this repair is left as it is (``Written.unchanged``);
+    any other non-empty ``out`` is refused."""
     check_out(plan, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadOutput(str(out), f"cannot create: {e.strerror or e}") from e
     tmp = out.parent / f".{out.name}.specguard-fix-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    occupied = out.exists() and any(out.iterdir())
     try:
         places = layout(plan, tmp)
         results = [_write_overlay(ov, places[ov.role]) for ov in plan.overlays]
         verify({ov.role: places[ov.role] for ov in plan.overlays})
-        if out.exists():
-            out.rmdir()
-        os.rename(tmp, out)
+        if occupied:
+            if not same_tree(tmp, out):
+                raise BadOutput(str(out), "--out must be a new or empty directory (or hold this very repair)")
+            shutil.rmtree(tmp)
+            for w in results:
+                w.unchanged = True
+        else:
+            if out.exists():
+                out.rmdir()
+            os.rename(tmp, out)
+    except OSError as e:  # disk full, permissions: one line, nothing left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BadOutput(str(out), f"cannot write: {e.strerror or e}") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -85,6 +103,21 @@ def write_repair(plan: Plan, out: Path, verify) -> list[Written]:
     for w in results:
         w.path = final[w.overlay.role]
     return results
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    """Same relative files with the same bytes (links to the same file count as equal)."""
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if not p.is_dir())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if not p.is_dir())
+    if files_a != files_b:
+        return False
+    for rel in files_a:
+        x, y = (a / rel).resolve(), (b / rel).resolve()
+        if x == y or (x.stat().st_ino == y.stat().st_ino and x.stat().st_dev == y.stat().st_dev):
+            continue
+        if x.stat().st_size != y.stat().st_size or not filecmp.cmp(x, y, shallow=False):
+            return False
+    return True
 
 
 def _write_overlay(ov: Overlay, dest: Path) -> Written:
@@ -95,7 +128,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
     rewritten = sorted({t.file for m in modules.values() for t in m.params.values()})
     for src in sorted(root.rglob("*")):
         rel = src.relative_to(root).as_posix()
-        if src.is_dir() or rel.startswith(".") or "/." in rel:
+        if src.is_dir() or ".git" in rel.split("/"):
             continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)

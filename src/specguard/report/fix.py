@@ -110,6 +110,9 @@ def _print_diff(plan: Plan, out: Path | None) -> None:
 
 
 def _print_written(w: Written) -> None:
+    if w.unchanged:
+        print(f"{w.path}: already holds this repair; left as it is")
+        return
     links = len(w.linked) + len(w.symlinked)
     kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
     if not w.written:
