@@ -246,3 +246,23 @@ def test_diff_prints_the_change_and_an_override_only_where_it_fixes(
     assert "no --hf-overrides: the DSpark draft builds its own quant config" in out
     assert main(["fix", str(scenarios["s1"].path), "--diff"]) == 0  # cpu: re-encoding is no config change
     assert "no --hf-overrides: re-encoded tensors" in capsys.readouterr().out
+
+
+def test_remote_checkpoint_gets_the_diff_over_http(scenarios, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--remote --diff: headers over real HTTP range requests, the change printed, nothing written."""
+    from huggingface_hub import constants
+
+    from tests.checkpoint.hubserver import HubServer
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with HubServer({"acme/s2": scenarios["s2"].path}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["fix", "acme/s2", "--remote", "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert "re:model" in out and "--- acme/s2/config.json" in out
+    assert "vllm serve acme/s2 --hf-overrides '" in out
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.safetensors"))
