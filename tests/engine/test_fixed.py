@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.demo import PolicyResult, export_all, prompts_from_held_out, run_case
+from specguard.engine.demo import FIXED, PolicyResult, export_all, prompts_from_held_out, run_case, run_fixed
 from specguard.factory import ScenarioInfo
-from specguard.repair.demo import FIXED, fixed_infos, run_fixed
+from specguard.repair.demo import fixed_infos
 
 SCENARIOS = ("s1", "s2", "s4")
 

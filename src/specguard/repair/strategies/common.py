@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specguard.declared.vllm033 import V4_CLASS, V41_CLASS
+from specguard.engines.vllm.v0_33 import V4_CLASS, V41_CLASS
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Problem

@@ -6,8 +6,7 @@ every stored element; it cannot be derived from the bytes, so nothing is invente
 from __future__ import annotations
 
 from specguard.formats import scheme as s
-from specguard.lint.context import describe
-from specguard.repair.plan import Plan, Problem, Unrepairable
+from specguard.repair.plan import Plan, Problem, Unrepairable, describe
 from specguard.resolve import MISSING
 
 UNREADABLE = (s.UNKNOWN, s.AMBIGUOUS, s.MIXED)

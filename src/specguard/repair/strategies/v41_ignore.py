@@ -6,7 +6,7 @@ ModelOpt-style ``quantization_config.ignore`` by ``fnmatchcase``."""
 
 from __future__ import annotations
 
-from specguard.declared.vllm033 import v41_ignore_name
+from specguard.engines.vllm.v0_33 import v41_ignore_name
 from specguard.repair.plan import Plan, Problem
 from specguard.repair.strategies.common import by_module, mxfp4_experts_built_nvfp4, num_hidden_layers, settle
 

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.checkpoint.source import Checkpoint
-from specguard.lint.context import describe
+from specguard.commands.sources import open_path
+from specguard.errors import UsageError
+from specguard.lint import lint
+from specguard.lint.finding import ERROR
 from specguard.repair import make_plan, platforms_for
 from specguard.repair.diff import config_diff, hf_overrides
-from specguard.repair.plan import Plan, merged
-from specguard.repair.verify import verify
+from specguard.repair.plan import Plan, describe, merged, open_resolvers
+from specguard.repair.verify import RepairFailed, verify
 from specguard.repair.write import Written, write_repair
-from specguard.report.sources import open_path
+from specguard.resolve import Resolver
 
 EXIT_OK = 0
 
 
-def run_fix(args: argparse.Namespace) -> int:
-    from specguard.cli import UsageError
+def lint_check(resolvers: list[Resolver], platform: str) -> Sequence[str]:
+    """`specguard lint` on the repaired directory: no error; warnings are returned as notes."""
+    findings = lint(resolvers).findings
+    errors = [f for f in findings if f.severity == ERROR]
+    if errors:
+        raise RepairFailed(f"lint on {platform}", f"{errors[0].code}: {errors[0].message}; nothing written")
+    return [f.code for f in findings]
 
+
+def run_fix(args: argparse.Namespace) -> int:
     if args.out is None and not args.diff:
         raise UsageError("fix needs --out DIR (or --diff to print the config change)")
     if args.remote and not args.diff:
@@ -43,13 +54,14 @@ def run_fix(args: argparse.Namespace) -> int:
         _print_diff(plan, out)
         if out is None:
             return EXIT_OK
-    results = write_repair(plan, out, lambda paths: verify(paths, platforms, args.draft_method))
-    checked = verify({w.overlay.role: w.path for w in results}, platforms, args.draft_method)
+    checked = []
+    results = write_repair(plan, out, lambda paths: checked.append(
+        verify(paths, platforms, args.draft_method, lint_check)))
     for w in results:
         _print_written(w)
-    left = f"; lint warnings left: {', '.join(checked.warnings)}" if checked.warnings else ""
-    print(f"verified: route {checked.modules}/{checked.modules} ok on {', '.join(platforms)}; "
-          f"lint: no error{left}")
+    v = checked[-1]
+    left = f"; lint warnings left: {', '.join(v.notes)}" if v.notes else ""
+    print(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
     if len(results) > 1:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
@@ -57,18 +69,11 @@ def run_fix(args: argparse.Namespace) -> int:
 
 
 def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None) -> str:
-    from specguard.lint import lint
-    from specguard.lint.finding import ERROR
-    from specguard.repair.plan import open_resolvers
-
-    errors = sorted({f.code for f in lint(open_resolvers(target, drafter, platform, method)).findings
-                     if f.severity == ERROR})
-    return ", ".join(errors)
+    findings = lint(open_resolvers(target, drafter, platform, method)).findings
+    return ", ".join(sorted({f.code for f in findings if f.severity == ERROR}))
 
 
 def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
-    from specguard.cli import UsageError
-
     ckpt = open_path(source, revision=args.revision, remote=args.remote)
     if ckpt.root is not None and Path(source or ckpt.root).is_file():
         raise UsageError(f"{source}: fix needs a checkpoint directory (config.json beside the shards)")
@@ -123,9 +128,9 @@ def _print_written(w: Written) -> None:
     print(f"  new: {', '.join(sorted(w.written))}")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024:
+            return f"{int(n):,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
+    return f"{n:.1f} TB"
