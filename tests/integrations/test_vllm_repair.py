@@ -180,3 +180,14 @@ def test_hf_overrides_cannot_fix_a_dspark_draft(scenarios, cpu_vllm: None,
     assert cfg.model_config.hf_config.quantization_config["ignore"] == [f"mtp.{i}.ffn.experts" for i in range(3)]
     # get_draft_quant_config reads the draft model config, built from the files
     assert [experts(cfg, draft_quant(cfg, "cuda"), N + i) for i in range(3)] == [NVFP4] * 3
+
+
+def test_hf_overrides_fix_s2_target_and_its_mtp_draft(scenarios, cpu_vllm: None,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = _overrides(scenarios, "s2", capsys)
+    cfg = _with_overrides(scenarios["s2"].path, MTP, overrides)
+    quant = H.quant_config(cfg, "cpu")  # compressed-tensors: one class on every platform
+    for proj in ("e_proj", "h_proj"):
+        assert H.method_name(H.build_linear(cfg, quant, f"model.layers.{N}.{proj}")) == "UnquantizedLinearMethod"
+    assert experts(cfg, quant, N) == BF16_MOE
+    assert experts(cfg, quant, 0) == "CompressedTensorsW4A4Nvfp4MoEMethod"
