@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import INDEX
+from specguard.formats.table import Module, classify
 from specguard.repair import shards as sh
 from specguard.repair.plan import DRAFTER, TARGET, Overlay, Plan
 
@@ -124,7 +125,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
     dest.mkdir(parents=True)
     root = ov.checkpoint.root
     result = Written(ov, dest)
-    modules = {n: m for n, m in _modules(ov).items()}
+    modules = _modules(ov)
     rewritten = sorted({t.file for m in modules.values() for t in m.params.values()})
     for src in sorted(root.rglob("*")):
         rel = src.relative_to(root).as_posix()
@@ -148,9 +149,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
     return result
 
 
-def _modules(ov: Overlay):
-    from specguard.formats.table import classify
-
+def _modules(ov: Overlay) -> dict[str, Module]:
     if not ov.reencode:
         return {}
     table = classify(ov.checkpoint)

@@ -41,7 +41,7 @@ def settle(problems: Iterable[Problem]) -> None:
         p.handled = True
 
 
-def num_hidden_layers(overlay: Overlay, target: Overlay) -> int:
+def num_hidden_layers(target: Overlay) -> int:
     """The target's layer count: vLLM numbers a separate drafter's layers after the target's."""
     from specguard.layouts.registry import text_config
 

@@ -15,7 +15,7 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     groups = by_module(p for p in problems if mxfp4_experts_built_nvfp4(p))
     for ps in groups.values():
         p = ps[0]
-        n = num_hidden_layers(p.overlay, plan.overlays[0])  # model_config.hf_text_config: the target's
+        n = num_hidden_layers(plan.overlays[0])  # model_config.hf_text_config: the target's
         name = v41_ignore_name(p.route.prefix, n)
         if name is None:
             continue
