@@ -20,7 +20,7 @@ from tests.repair.conftest import fix
 
 PLATFORMS = ("cuda", "rocm", "cpu")
 BROKEN = {"s1", "s1-dspark", "s1-u8", "s2", "s4", "s7"}
-CLEAN = {"s3", "s3-fp8", "s6", "s8", "s8-bf16", "s8-nvfp4"}
+CLEAN = {"s3", "s3-fp8", "s6", "s8", "s8-nvfp4"}
 UNREPAIRABLE = {"s5"}
 
 

@@ -19,23 +19,22 @@ def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog=PROG,
                 description="Write a small, real checkpoint for one scenario.",
                 epilog="scenarios: " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
-    p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)}")
+    p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} (case-insensitive)")
     p.add_argument("outdir", type=Path, help="new or empty directory to write into")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
-    p.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model size preset")
+    p.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model size preset (default: tiny)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the factory command; returns the exit code (0 ok, 2 bad input)."""
-    from specguard.factory import SCENARIOS, write_scenario
+    from specguard.factory import scenario_name, write_scenario
 
     try:
         args = _parser().parse_args(argv)
+        args.scenario = scenario_name(args.scenario)
     except UsageError as e:
         return fail(PROG, e)
-    if args.scenario not in SCENARIOS:
-        return fail(PROG, f"unknown scenario {args.scenario!r}; one of {', '.join(SCENARIOS)}")
     out: Path = args.outdir
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         what = "is not a directory" if not out.is_dir() else "exists and is not empty"
