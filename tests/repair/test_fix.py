@@ -200,7 +200,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scenarios, tmp_path: Path,
     bad = tmp_path / "bad"
     bad.mkdir()
     for p in scenarios["s1"].path.iterdir():
-        os.symlink(p, bad / p.name)
+        os.link(p, bad / p.name)
     (bad / "model-00005-of-00005.safetensors").unlink()
     assert fix(bad, tmp_path / "out") == 2
     assert fix(scenarios["s1"].path, tmp_path / "out2", "--remote") == 2
@@ -266,3 +266,43 @@ def test_remote_checkpoint_gets_the_diff_over_http(scenarios, tmp_path: Path, mo
     assert "re:model" in out and "--- acme/s2/config.json" in out
     assert "vllm serve acme/s2 --hf-overrides '" in out
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.safetensors"))
+
+
+# --- the ModelOpt stack, where the claim lives in config.json or hf_quant_config.json --------------
+
+
+def _modelopt_without_attention_entry(src: Path, dest: Path, *, config_json: bool) -> Path:
+    """S8-nvfp4 whose exclusion list forgot layer 1's BF16 attention (ModelOpt then builds it NVFP4)."""
+    dest.mkdir()
+    for p in src.iterdir():
+        os.link(p, dest / p.name)
+    cfg = json.loads((src / "config.json").read_text())
+    hf = json.loads((src / "hf_quant_config.json").read_text())
+    hf["quantization"]["exclude_modules"].remove("model.layers.1.self_attn*")
+    if config_json:
+        cfg["quantization_config"]["ignore"].remove("model.layers.1.self_attn*")
+    else:
+        del cfg["quantization_config"]  # the claim lives in hf_quant_config.json only
+    for name, obj in (("config.json", cfg), ("hf_quant_config.json", hf)):
+        (dest / name).unlink()
+        (dest / name).write_text(json.dumps(obj, indent=2))
+    return dest
+
+
+@pytest.mark.parametrize("config_json", [True, False])
+def test_modelopt_exclusions_go_where_the_claim_lives(scenarios, tmp_path: Path, config_json: bool) -> None:
+    src = _modelopt_without_attention_entry(scenarios["s8-nvfp4"].path, tmp_path / "src", config_json=config_json)
+    assert main(["route", str(src)]) == 1  # misrouted before
+    out = tmp_path / "out"
+    assert fix(src, out) == 0
+    assert _route_and_lint(out, "cuda", False) == (0, 0)
+    changed = sorted(p.name for p in out.iterdir() if p.stat().st_ino != (src / p.name).resolve().stat().st_ino)
+    if config_json:
+        assert changed == ["config.json"]
+        entries = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+    else:
+        assert changed == ["hf_quant_config.json"]
+        entries = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    # layer 1 also holds NVFP4 MLP modules: its attention is excluded by exact names, not model.layers.1.*
+    added = [e for e in entries if e.startswith("model.layers.1.")]
+    assert added and all("self_attn" in e for e in added), added

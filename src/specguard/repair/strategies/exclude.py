@@ -74,9 +74,8 @@ def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[st
     for parent, members in layers.items():
         siblings = {rt.prefix for rt in resolver.routes()
                     if rt.prefix.startswith(parent + ".") and rt.kind in QUANTIZABLE}
-        pattern = Pattern(parent, semantics, "")
         if len(members) > 1 and siblings <= want:
-            out += pattern.propose(members)
-        else:
-            out += [x for m in members for x in Pattern(m, semantics, "").propose([m])]
+            out += Pattern(parent, semantics, "").propose(members)
+        else:  # an exact name matches itself in both stacks (propose would widen it to the layer)
+            out += members
     return list(dict.fromkeys(out))
