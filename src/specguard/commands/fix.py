@@ -62,6 +62,9 @@ def run_fix(args: argparse.Namespace) -> int:
     v = checked[-1]
     left = f"; lint warnings left: {', '.join(v.notes)}" if v.notes else ""
     print(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
+    if any(ov.reencode for ov in plan.overlays) and set(platforms) - {"cpu"}:
+        print("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
+              "repairs with config alone")
     if len(results) > 1:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
