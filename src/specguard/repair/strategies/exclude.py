@@ -64,17 +64,17 @@ def _exact(prefixes: list[str]) -> list[str]:
 
 
 def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[str]:
-    """One wildcard per layer whose every quantizable module is excluded, exact names otherwise."""
-    want = set(prefixes)
+    """One wildcard per layer that stores nothing quantized (excluding all of it cannot
+    misroute a module), exact names otherwise."""
     layers: dict[str, list[str]] = {}
     for prefix in prefixes:
         m = _LAYER.match(prefix)
         layers.setdefault(m.group(1) if m else prefix, []).append(prefix)
     out: list[str] = []
     for parent, members in layers.items():
-        siblings = {rt.prefix for rt in resolver.routes()
-                    if rt.prefix.startswith(parent + ".") and rt.kind in QUANTIZABLE}
-        if len(members) > 1 and siblings <= want:
+        quantized = [rt for rt in resolver.routes() if rt.prefix.startswith(parent + ".")
+                     and rt.kind in QUANTIZABLE and (rt.stored is None or rt.stored.quantized)]
+        if len(members) > 1 and not quantized:
             out += Pattern(parent, semantics, "").propose(members)
         else:  # an exact name matches itself in both stacks (propose would widen it to the layer)
             out += members
