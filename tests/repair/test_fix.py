@@ -306,3 +306,25 @@ def test_modelopt_exclusions_go_where_the_claim_lives(scenarios, tmp_path: Path,
     # layer 1 also holds NVFP4 MLP modules: its attention is excluded by exact names, not model.layers.1.*
     added = [e for e in entries if e.startswith("model.layers.1.")]
     assert added and all("self_attn" in e for e in added), added
+
+
+def test_across_filesystems_every_other_file_is_a_symlink(scenarios, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """No hard link possible (another filesystem: os.link raises EXDEV): symlinks to the
+    source's files, which specguard's reader and the verification accept."""
+    import errno
+
+    from specguard.repair import write
+
+    def cross_device(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(write.os, "link", cross_device)
+    src, out = scenarios["s1"].path, tmp_path / "out"
+    assert fix(src, out) == 0
+    links = {p.name for p in out.iterdir() if p.is_symlink()}
+    assert links == {p.name for p in src.iterdir()} - {"config.json", "model.safetensors.index.json",
+                                                       "model-00005-of-00005.safetensors"}
+    assert all(os.readlink(out / n) == str(src / n) for n in links)
+    monkeypatch.undo()
+    assert _route_and_lint(out, "cpu", False) == (0, 0)

@@ -178,10 +178,12 @@ def _index(ov: Overlay, src: Path, target: Path, modules) -> int:
 
 
 def _link(src: Path, target: Path, result: Written) -> None:
-    real = src.resolve()  # an HF cache snapshot entry points at its blob
+    """A hard link to the file itself (an HF cache snapshot entry's blob); across
+    filesystems a symlink to the source's entry of the same name, which the reader
+    accepts as an overlay link (checkpoint/source.py ``_is_overlay_link``)."""
     try:
-        os.link(real, target)
+        os.link(src.resolve(), target)
         result.linked.append(str(target.name))
     except OSError:
-        os.symlink(real, target)
+        os.symlink(src.absolute(), target)
         result.symlinked.append(str(target.name))
