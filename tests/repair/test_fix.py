@@ -308,6 +308,16 @@ def test_modelopt_exclusions_go_where_the_claim_lives(scenarios, tmp_path: Path,
     assert added and all("self_attn" in e for e in added), added
 
 
+def test_no_override_for_a_claim_in_hf_quant_config(scenarios, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    src = _modelopt_without_attention_entry(scenarios["s8-nvfp4"].path, tmp_path / "src", config_json=False)
+    assert main(["fix", str(src), "--diff"]) == 0
+    out = capsys.readouterr().out
+    assert "+++ repaired/hf_quant_config.json" in out
+    assert "no --hf-overrides: the claim lives in hf_quant_config.json" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # --diff alone writes nothing
+
+
 def test_across_filesystems_every_other_file_is_a_symlink(scenarios, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """No hard link possible (another filesystem: os.link raises EXDEV): symlinks to the
