@@ -33,6 +33,8 @@ def lint_check(resolvers: list[Resolver], platform: str) -> Sequence[str]:
 def run_fix(args: argparse.Namespace) -> int:
     if args.out is None and not args.diff:
         raise UsageError("fix needs --out DIR (or --diff to print the config change)")
+    if args.draft_method == "eagle" and not args.draft:
+        raise UsageError("--draft-method eagle repairs a separate EAGLE drafter: pass --draft SRC")
     if args.remote and not args.diff:
         raise UsageError("a remote checkpoint cannot be linked into DIR: use --diff")
     target = _open(args.source, args)

@@ -24,6 +24,11 @@ from specguard.layouts.runs import group_runs
 from specguard.resolve import OK, Resolver, Route
 
 ALL = "all"
+TARGET, DRAFTER = "target", "drafter"
+
+
+class Unrepairable(CheckpointError):
+    """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
 
 
 def describe(names: Iterable[str], limit: int = 4) -> str:
@@ -31,14 +36,6 @@ def describe(names: Iterable[str], limit: int = 4) -> str:
     labels = [run.label() for run in group_runs((n, None, n) for n in names)]
     more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
     return "; ".join(labels[:limit]) + more
-TARGET, DRAFTER = "target", "drafter"
-
-
-class Unrepairable(CheckpointError):
-    """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
-
-    def __init__(self, where: str, what: str) -> None:
-        super().__init__(where, what)
 
 
 def platforms_for(choice: str) -> tuple[str, ...]:
@@ -108,7 +105,7 @@ class Overlay:
 
     def drop_entries(self, key: str, entries: Sequence[str], why: str) -> None:
         block, file = self.quant_block()
-        have = block.get(key) or []
+        have = block.get(key) if isinstance(block.get(key), list) else []
         gone = [e for e in have if e in entries]
         if gone:
             block[key] = [e for e in have if e not in entries]
