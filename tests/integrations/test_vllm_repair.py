@@ -191,3 +191,16 @@ def test_hf_overrides_fix_s2_target_and_its_mtp_draft(scenarios, cpu_vllm: None,
         assert H.method_name(H.build_linear(cfg, quant, f"model.layers.{N}.{proj}")) == "UnquantizedLinearMethod"
     assert experts(cfg, quant, N) == BF16_MOE
     assert experts(cfg, quant, 0) == "CompressedTensorsW4A4Nvfp4MoEMethod"
+
+
+@pytest.mark.parametrize(("name", "platform", "registry"), [
+    ("s1", "all", "cpu"), ("s1", "all", "cuda"), ("s1", "cuda", "cuda"), ("s1-u8", "all", "cpu"),
+])
+def test_the_draft_fp8_linears_keep_their_method(fixed, name: str, platform: str, registry: str) -> None:
+    """The repair touches the draft experts only: the draft's FP8 block projections stay FP8."""
+    cfg = fixed(name, platform)
+    quant = H.quant_config(cfg, registry)
+    for proj in ("e_proj", "h_proj"):
+        assert H.method_name(H.build_linear(cfg, quant, f"model.layers.{N}.{proj}")) == "Fp8LinearMethod"
+    moe = H.build_moe(cfg, quant, f"model.layers.{N}.ffn")
+    assert H.method_name(moe.shared_experts.gate_up_proj) == "Fp8LinearMethod"
