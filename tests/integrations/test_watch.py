@@ -437,7 +437,8 @@ def test_checkpoint_verdict_beside_the_alert(server: MetricsServer, config: Any,
     i = next(i for i, ln in enumerate(lines) if ln.startswith("ALERT ds4-s1"))
     assert lines[i + 1].startswith("  checkpoint ") and "SG201 error" in lines[i + 1]
     assert lines[i + 2] == "    draft routed experts stored MXFP4, vLLM 0.33 builds NVFP4 (ModelOptNvFp4FusedMoE)"
-    assert lines[i + 3].startswith("    likely cause of a collapse: serve with the specguard vLLM plugin")
+    assert lines[i + 3] == (f"    likely cause of a collapse; fix: `specguard fix {s1_dir} --out DIR`, "
+                            "or serve with the specguard vLLM plugin")
     assert all(len(ln) <= 160 for ln in lines), [len(ln) for ln in lines]
 
 

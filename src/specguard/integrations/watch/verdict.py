@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from specguard.lint import lint
 from specguard.resolve import MISROUTED, OK, Resolver, Route
 
-FIX = "serve with the specguard vLLM plugin, or fix the config (`specguard lint`)"
-
 
 @dataclass
 class CheckpointVerdict:
@@ -24,7 +22,8 @@ class CheckpointVerdict:
         out = [f"checkpoint {self.source}: {codes}"]
         out += [f"  {cause}" for cause in self.causes]
         if self.causes:
-            out.append(f"  likely cause of a collapse: {FIX}")
+            out.append(f"  likely cause of a collapse; fix: `specguard fix {self.source} --out DIR`, "
+                       "or serve with the specguard vLLM plugin")
         return out
 
     def as_dict(self) -> dict:
