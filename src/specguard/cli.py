@@ -12,8 +12,10 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS
 from specguard.errors import SpecguardError, UsageError
+from specguard.layouts.roles import DraftKind
+from specguard.lint.finding import Severity
 from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail
 
 PROG = "specguard"
@@ -91,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     _source_args(p)
     p.add_argument("--draft", metavar="SRC2",
                    help="separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+    p.add_argument("--draft-method", choices=list(DraftKind), help="how the draft is served")
+    p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
     p.add_argument("--json", action="store_true", help="one JSON record per runtime module")
     p.add_argument("--all", action="store_true", help="also list main-stack modules that route correctly")
@@ -101,13 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lint", help="every contradiction between config and disk, as stable rules")
     _source_args(p)
     p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, linted with the target")
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+    p.add_argument("--draft-method", choices=list(DraftKind), help="how the draft is served")
+    p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401)")
     p.add_argument("--ignore", help="comma-separated rule codes or prefixes to skip")
-    p.add_argument("--fail-on", choices=["info", "warning", "error", "never"], default="warning",
+    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
                    help="exit 1 when a finding is at least this severe (default: warning)")
     p.set_defaults(func=_cmd_lint)
 

@@ -14,7 +14,7 @@ from specguard.commands.output import console, human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
-from specguard.layouts.roles import role_label
+from specguard.layouts.roles import RoleName, role_label
 from specguard.layouts.runs import group_runs
 
 
@@ -37,7 +37,7 @@ def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
         sc = m.scheme
         out.append({
             "module": m.name,
-            "role": roles[m.name].kind,
+            "role": roles[m.name].name,
             "draft_kind": roles[m.name].draft_kind,
             "format": sc.format,
             "convention": sc.convention,
@@ -112,6 +112,6 @@ def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
 
 
 def _role_order(label: str) -> tuple[int, str]:
-    order = ("main", "draft", "embedding", "head")
+    order = tuple(RoleName)
     first = label.split(" ")[0]
     return (order.index(first) if first in order else len(order), label)

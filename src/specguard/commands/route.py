@@ -43,7 +43,7 @@ def route_record(r: Resolver, rt: Route) -> dict:
     return {
         "checkpoint": r.checkpoint.name,
         "runtime_prefix": rt.prefix,
-        "role": rt.role.kind,
+        "role": rt.role.name,
         "draft_kind": rt.role.draft_kind,
         "layer": rt.role.layer,
         "kind": rt.kind,

@@ -75,7 +75,7 @@ def _weightless(params: Params) -> Classified:
     if t is not None and t.dtype in PLAIN_DTYPES:
         return Classified(Scheme(PLAIN_DTYPES[t.dtype], s.PLAIN, weight_dtype=t.dtype))
     if t is not None:
-        return Classified(Scheme(s.PLAIN_OTHER, s.PLAIN, weight_dtype=t.dtype))
+        return Classified(Scheme(s.PLAIN_TENSOR, s.PLAIN, weight_dtype=t.dtype))
     return _unknown(f"no weight tensor (has {', '.join(sorted(params))})")
 
 
