@@ -161,7 +161,8 @@ class Resolver:
         r = self.route(prefix)
         return r.stored
 
-    def declared(self, prefix: str) -> DeclaredScheme:
+    def declared(self, prefix: str) -> DeclaredScheme | None:
+        """The config's claim for a runtime prefix (None: nothing stored behind it)."""
         return self.route(prefix).declared
 
     def route(self, prefix: str) -> Route:

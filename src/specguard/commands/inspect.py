@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Mapping
+from typing import cast
 
 from rich.console import Console
 from rich.table import Table
@@ -79,8 +80,8 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> N
     t.add_column("count", justify="right")
     t.add_column("size", justify="right")
     for run in runs:
-        label, role, missing = run.key  # type: ignore[misc]
-        mods: list[Module] = run.items  # type: ignore[assignment]
+        label, role, missing = cast(tuple[str, str, tuple[str, ...]], run.key)
+        mods = cast(list[Module], run.items)
         if missing:
             label += f" [red]missing {','.join(missing)}[/]"
         reason = mods[0].scheme.reason

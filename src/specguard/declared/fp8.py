@@ -137,7 +137,7 @@ def parse_fp8(qc: dict, config: dict, *, deepseek_v4: bool, origin: str) -> Fp8D
         patterns=tuple(patterns),
         notes=tuple(notes),
         deepseek_v4=deepseek_v4,
-        weight_block_size=tuple(block) if block else None,  # type: ignore[arg-type]
+        weight_block_size=tuple(block) if block else None,
         scale_fmt=scale_fmt,
         expert_dtype=expert_dtype,
         moe_quant_algo=str(qc.get("moe_quant_algo") or "").upper(),

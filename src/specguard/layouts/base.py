@@ -40,7 +40,7 @@ class Placement:
 
     checkpoint_name: str
     role: r.Role
-    kind: str
+    kind: r.ModuleKind
     runtime_prefix: str
     runtime_prefixes: tuple[str, ...]
     parameter_prefix: str
@@ -76,7 +76,7 @@ class Layout:
             raise ValueError(f"unknown draft kind {draft_kind!r}; expected one of {r.DRAFT_KINDS}")
         self.num_hidden_layers = num_hidden_layers
         self.num_draft_layers = num_draft_layers
-        self.draft_kind = draft_kind
+        self.draft_kind = r.DraftKind(draft_kind) if draft_kind is not None else None
         self.engine = engine
         self._cache: dict[str, Placement] = {}
 
@@ -142,7 +142,7 @@ class Layout:
         """Module path of the engine parameters this checkpoint module loads into."""
         return self.place(name).parameter_prefix
 
-    def module_kind(self, name: str) -> str:
+    def module_kind(self, name: str) -> r.ModuleKind:
         """``routed_experts`` / ``linear`` / ``embedding`` / ``head`` / ``norm`` / ``other``."""
         return self.place(name).kind
 
@@ -200,7 +200,7 @@ class Layout:
     def _placement(
         module: str,
         role: r.Role,
-        kind: str,
+        kind: r.ModuleKind,
         prefix: str,
         parameter_prefix: str | None = None,
         extra: tuple[str, ...] = (),
