@@ -20,7 +20,7 @@ from typing import ClassVar
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
-from specguard.engines import EngineChoice
+from specguard.engines import EngineChoice, EngineModel
 from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError
 from specguard.formats import scheme as s
@@ -55,7 +55,6 @@ class Route:
     kind: ModuleKind  # the layer class the engine builds (not the role: see ``role``)
     stored: Scheme | None  # None: nothing on disk behind this prefix
     declared: DeclaredScheme | None  # the config's claim for the runtime prefix
-    build: Scheme | None  # what specguard routes it to: the stored scheme
     vllm: EngineChoice | None  # what the modelled engine (vLLM 0.33) builds, and the rule that decided
     checkpoint_names: tuple[str, ...]  # checkpoint module names behind the prefix
     verdict: Verdict
@@ -63,6 +62,11 @@ class Route:
     missing: tuple[str, ...] = ()  # tensors the build needs that the disk lacks
     unmatched: tuple[str, ...] = ()  # patterns that match this module's checkpoint names only
     sniff: Sniff | None = field(default=None, compare=False)
+
+    @property
+    def build(self) -> Scheme | None:
+        """What specguard routes the module to: what is stored, always."""
+        return self.stored
 
 
 class Resolver:
@@ -95,6 +99,7 @@ class Resolver:
         except ConfigError as e:
             raise CheckpointError(f"{checkpoint.name} [config.json]", str(e)) from e
         self.platform = platform
+        self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
             self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)
             self._vllm_model: str | None = None
@@ -210,7 +215,7 @@ class Resolver:
         quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
-        return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
+        return Route(prefix, role, kind, stored, declared, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
 
     def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
@@ -229,7 +234,7 @@ class Resolver:
 
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)
-        return Route(prefix, role, ModuleKind.OTHER, None, None, None, None, (),
+        return Route(prefix, role, ModuleKind.OTHER, None, None, None, (),
                      MISSING, "no tensor on disk maps to this runtime prefix")
 
     def _missing_draft_layers(self) -> list[int]:

@@ -90,7 +90,3 @@ class Scheme:
             parts.append(f"g{self.group_size}")
         label = str(self.format)
         return f"{label} ({', '.join(parts)})" if parts else label
-
-    def same_format(self, other: Scheme | None) -> bool:
-        """True when an engine method for ``other`` can read this storage."""
-        return other is not None and self.format == other.format

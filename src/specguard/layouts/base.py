@@ -55,6 +55,9 @@ class Layout:
     """
 
     family = "generic"
+    # SGLang builds a family's single NextN draft layer as ``model.decoder`` plus
+    # these top-level modules (deepseek_nextn.py, deepseek_v4_nextn.py); () = no such tower.
+    sglang_nextn_top: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -185,6 +188,10 @@ class Layout:
 
     def _runtime_role(self, name: str) -> r.Role | None:
         """Role decided from the runtime spelling alone, or None to ask ``_place``."""
+        if self.sglang_nextn_top and self.engine == SGLANG and name.startswith("model."):
+            head = name.removeprefix("model.")
+            if head.split(".", 1)[0] == "decoder" or head.startswith(self.sglang_nextn_top):
+                return r.Role(r.DRAFT, r.MTP, self.num_hidden_layers, 0)  # SGLang's one NextN layer
         idx = layer_index(name)
         if idx is not None and idx >= self.num_hidden_layers:
             return self._draft_role(idx - self.num_hidden_layers)
