@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specguard.declared.model import (
     FNMATCHCASE,
     NATIVE,
+    UNQUANTIZED,
     VLLM_EXACT,
     Declared,
     DeclaredScheme,
@@ -68,7 +69,7 @@ class Fp8Declared(Declared):
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain("Fp8Config quantizes linear layers and routed experts only")
-        hit = self._first(name, None, ("unquantized",))
+        hit = self._first(name, None, (UNQUANTIZED,))
         if hit is not None:
             return self._plain("", hit)
         key = "quantization_config"
