@@ -219,9 +219,9 @@ class Output:
 
     def _render(self, tick: Tick | None) -> Group:
         table = Table(title=Text(self._header) if self._header else None, title_justify="left")
-        for name, justify in (("model", "left"), ("eng", "right"), ("accept", "right"), ("per pos %", "right"),
-                              ("len", "right"), ("drafts/s", "right"), ("tok/s", "right"), ("status", "left")):
-            table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "model")
+        for name in ("model", "eng", "accept", "per pos %", "len", "drafts/s", "tok/s", "status"):
+            table.add_column(name, justify="left" if name in ("model", "status") else "right", overflow="fold",
+                             no_wrap=name != "model")
         parts: list = [table]
         error = tick.error if tick is not None else None
         if tick is not None and error is None:
