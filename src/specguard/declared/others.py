@@ -48,6 +48,10 @@ class IntGroupDeclared(Declared):
     lm_head: bool = False
     dynamic: dict[str, dict] = field(default_factory=dict)
 
+    def scheme_of(self, bits: int, group: int | None) -> Scheme:
+        """The scheme ``bits``-bit groups of ``group`` are stored in by this stack."""
+        return self._scheme(bits, group)
+
     def _scheme(self, bits: int, group: int | None) -> Scheme:
         fmt = {4: s.INT4_GROUP, 8: s.INT8_GROUP}.get(bits)
         if fmt is None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
+from specguard.declared.patterns import regex_match
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -127,6 +130,9 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
         return None
 
     for (role, stored, built, source), routes in _groups(ctx, pick):
+        if routes[0].vllm.method.startswith("AutoGPTQ"):
+            yield _gptq_over_plain(ctx, role, stored, built, source, routes)
+            continue
         yield Finding(
             "SG203", ERROR,
             f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
@@ -135,6 +141,46 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
             "exclude these modules with a pattern that matches the engine's runtime prefixes "
             "(see SG101), or build the draft without the target's quant config",
         )
+
+
+def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, source: str,
+                     routes: list[Route]) -> Finding:
+    """GPTQ layers built over float tensors: no ``weight`` parameter takes them
+    (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
+    raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
+    dynamic = _gptq_dynamic(ctx)
+    fixed = gptq_dynamic_fix(dynamic, [rt.prefix for rt in routes])
+    return Finding(
+        "SG203", ERROR,
+        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+        f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
+        _names(routes),
+        f"set quantization_config.dynamic to {json.dumps(fixed)}",
+        data={"dynamic": fixed},
+    )
+
+
+def _gptq_dynamic(ctx: LintContext) -> dict:
+    for res in ctx.resolvers:
+        qc = res.config.get("quantization_config")
+        if isinstance(qc, dict) and isinstance(qc.get("dynamic"), dict):
+            return dict(qc["dynamic"])
+    return {}
+
+
+def gptq_dynamic_fix(dynamic: dict, prefixes: list[str]) -> dict:
+    """``dynamic`` with the modules at ``prefixes`` excluded: a ``-:`` rule first (vLLM tries
+    rules in order, the first match wins), positive rules that matched them dropped. An MTP
+    drafter gets ``-:.*mtp.*``, which also makes qwen3_5_mtp.py build its layers unquantized."""
+    mtp = all(p.startswith("mtp.") for p in prefixes)
+    exclusions = {"-:.*mtp.*": {}} if mtp else {f"-:^{re.escape(p)}$": {} for p in prefixes}
+
+    def shadowed(rule: str) -> bool:  # a positive rule the exclusion now hides
+        if rule.startswith("-:"):
+            return False
+        return ("mtp" in rule) if mtp else any(regex_match(rule.removeprefix("+:"), p) for p in prefixes)
+
+    return {**exclusions, **{k: v for k, v in dynamic.items() if k not in exclusions and not shadowed(k)}}
 
 
 @rule("SG204", "stored-quantized-declared-unquantized", ERROR,
@@ -146,6 +192,17 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
         return None
 
     for (role, stored, method), routes in _groups(ctx, pick):
+        if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
+            yield Finding(
+                "SG204", ERROR,
+                f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+                f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
+                f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
+                _names(routes),
+                f"store them unquantized (dequantize the {stored} weights to BF16): no {ENGINE} quant "
+                f"config builds {stored} layers beside GPTQ ones",
+            )
+            continue
         yield Finding(
             "SG204", ERROR,
             f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
