@@ -1,0 +1,88 @@
+"""Scenario q1 (a GPTQ ``dynamic`` rule claims a BF16 drafter 4-bit) through vLLM 0.33's
+real ``AutoGPTQConfig`` and ``RoutedExperts`` on CPU, without and with the plugin.
+
+The experts layer is built by vLLM's ``FusedMoEFactory`` at the drafter's quant
+prefix (``mtp.layers.0.mlp.experts``, as qwen3_5_mtp.py builds it) with the
+checkpoint's own quant config; the tensors are q1's, read with the safetensors
+library, and fed to the layer's own ``load_weights`` under the names the drafter's
+loader hands it (``mtp.layers.0.mlp.experts.`` stripped).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from specguard.guard import LoadGuard
+from specguard.integrations.vllm import routing
+from specguard.integrations.vllm.hooks import SOURCE_ATTR
+from tests.integrations import vllm_harness as H
+
+PREFIX = "mtp.layers.0.mlp.experts"
+
+
+def _experts(vllm_config: Any, ckpt: Path) -> Any:
+    """vLLM's routed-experts layer for the drafter, built with ``ckpt``'s GPTQ config."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
+    from vllm.model_executor.layers.quantization.auto_gptq import AutoGPTQConfig
+
+    text = json.loads((ckpt / "config.json").read_text())
+    quant = AutoGPTQConfig.from_config(dict(text["quantization_config"]))
+    setattr(quant, SOURCE_ATTR, str(ckpt))  # as the plugin's config hook tags it
+    t = text["text_config"]
+    cfg = H.with_quant_config(vllm_config, quant)
+    cfg.compilation_config.static_forward_context.clear()
+    with set_current_vllm_config(cfg):
+        runner = FusedMoEFactory(num_experts=t["num_experts"], top_k=t["num_experts_per_tok"],
+                                 hidden_size=t["hidden_size"], intermediate_size=t["moe_intermediate_size"],
+                                 quant_config=quant, prefix=PREFIX)
+    return H.routed_experts(runner)
+
+
+def _draft_experts(ckpt: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    with safe_open(str(ckpt / "model_extra_tensors.safetensors"), framework="pt") as f:
+        for k in f.keys():  # noqa: SIM118
+            if k.startswith(PREFIX + "."):
+                out[k.removeprefix(PREFIX + ".")] = f.get_tensor(k)
+    return out
+
+
+@pytest.fixture(scope="module")
+def q1(scenarios) -> Path:
+    return scenarios["q1"].path
+
+
+def test_before_gptq_experts_are_built_and_the_load_fails(s8_mtp: Any, q1: Path) -> None:
+    experts = _experts(s8_mtp, q1)
+    assert type(experts.quant_method).__name__ == "AutoGPTQMoEMethod"
+    assert "w2_qweight" in dict(experts.named_parameters())
+    with pytest.raises(AttributeError, match="no parameter 'w2_weight'"):
+        list(experts.load_weights(sorted(_draft_experts(q1).items())))
+
+
+def test_after_the_plugin_builds_them_as_stored_and_loads_every_parameter(s8_mtp: Any, q1: Path, plugin) -> None:
+    experts = _experts(s8_mtp, q1)
+    assert type(experts.quant_method).__name__ == "UnquantizedFusedMoEMethod"
+    (d,) = [d for d in routing.take_decisions() if d.prefix == PREFIX]
+    assert (d.stored, d.vllm, d.routed, d.role) == ("bf16", "int4_group", "unquantized", "draft")
+    tensors = _draft_experts(q1)
+    with LoadGuard(experts, policy="raise"):  # raises naming any parameter the load left unwritten
+        loaded = set(experts.load_weights(sorted(tensors.items())))
+    assert loaded == {"w13_weight", "w2_weight"}
+    for e in range(experts.w2_weight.shape[0]):
+        assert torch.equal(experts.w2_weight[e], tensors[f"{e}.down_proj.weight"])
+        assert torch.equal(experts.w13_weight[e], torch.cat([tensors[f"{e}.gate_proj.weight"],
+                                                              tensors[f"{e}.up_proj.weight"]]))
+
+
+def test_a_negative_rule_is_vllms_own_answer_and_the_plugin_keeps_it(s8_mtp: Any, scenarios, plugin) -> None:
+    experts = _experts(s8_mtp, scenarios["q0"].path)
+    assert type(experts.quant_method).__name__ == "UnquantizedFusedMoEMethod"
+    assert not [d for d in routing.take_decisions() if d.prefix == PREFIX]
