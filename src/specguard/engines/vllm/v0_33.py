@@ -312,7 +312,7 @@ class Vllm033:
                 return self._plain(d, cls, unquantized, f"qwen3_5_mtp.py: dynamic {hit!r} makes "
                                    "Qwen3_5MultiTokenPredictor build the MTP layers with quant_config=None")
         try:
-            got = gptq.gptq_builds(qc, prefix, kind, self.gptq_quantized_layers(), self._gptq_packed(model))
+            got = gptq.gptq_builds(qc, prefix, kind, self.gptq_quantized_layers(), self._packed(model))
         except gptq.MixedShards:
             return EngineChoice(Scheme(s.UNKNOWN, reason="mixed shards"), "ValueError",
                                 "is_layer_gptq_quantized: some but not all shards are quantized", cls)
@@ -330,11 +330,6 @@ class Vllm033:
             self._gptq_layers = flat or gptq.header_scan_layers(self.stored_tensors)
         return self._gptq_layers
 
-    def _gptq_packed(self, model: str) -> Mapping[str, Sequence[str]]:
-        if self.layout.family == "qwen3_5":
-            return _QWEN3_5_MTP_PACKED if model == MTP_MODEL else _QWEN3_5_PACKED
-        return self._packed(model)
-
     def _plain(self, d: Declared, cls: str | None, method: str, why: str) -> EngineChoice:
         return EngineChoice(d.unquantized, method, why, cls)
 
@@ -347,6 +342,8 @@ class Vllm033:
                 if self.text.get("q_lora_rank") is not None:
                     packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
                 return packed
+            if self.layout.family == "qwen3_5" and model != DSPARK_MODEL:
+                return _QWEN3_5_MTP_PACKED if model == MTP_MODEL else _QWEN3_5_PACKED
             if self.layout.family == "generic" and model != DSPARK_MODEL:
                 # Llama/Qwen-style classes (qwen3_moe.py, llama.py ... packed_modules_mapping)
                 return _GENERIC_PACKED
