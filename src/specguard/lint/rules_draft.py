@@ -68,15 +68,14 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
         quantized = bool(r.config.get("quantization_config") or r.checkpoint.hf_quant_config)
         if quantized:
             # default_loader.py load_weights: track_weights_loading only when quantization is None
-            effect = ("the drafter keeps torch.empty contents, silently (vLLM checks loaded weights only "
-                      "for unquantized models): every draft is rejected")
+            effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
         else:
             effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
         yield Finding(
             "SG303", ERROR,
-            f"{len(names)} draft tensor(s) are stored in {', '.join(files)}, which "
-            f"model.safetensors.index.json never names; {ENGINE} loads only the files the index names "
-            f"(filter_duplicate_safetensors_files), so {effect}: {describe(names)}",
+            f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
+            f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
+            f"{describe(names)}",
             tuple(names),
             f"add the {len(names)} names to weight_map with the value "
             f"{' / '.join(repr(f) for f in files)} (and their {nbytes:,} bytes to metadata.total_size)",

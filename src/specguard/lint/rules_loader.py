@@ -43,16 +43,15 @@ def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
     if not fails and not skipped:
         return
     names = tuple(n for n, _ in fails + skipped)
-    example = names[0]
+    example = next((n for n in names if n.endswith(("qweight", ".weight"))), names[0])
     head, _, rest = example.partition(".experts.")
     fixed = f"{head}.experts.{renamed(rest) or rest}"
     parts = []
     if fails:
-        parts.append(f"{ENGINE} fails to start on {len(fails)} of them (RoutedExperts.load_weights matches "
-                     f"the fused entry, then finds no parameter {fails[0][1]!r}: AttributeError)")
+        parts.append(f"{ENGINE} fails to start on {len(fails)} (RoutedExperts.load_weights: no parameter "
+                     f"{dict(fails).get(example, fails[0][1])!r}, AttributeError)")
     if skipped:
-        parts.append(f"{len(skipped)} match no mapping entry and are skipped, leaving their w13 parameters "
-                     "unwritten")
+        parts.append(f"{len(skipped)} match nothing and are skipped (w13 parameters unwritten)")
     yield Finding(
         "SG701", ERROR,
         f"{len(names)} routed-expert tensor(s) put the expert index after the projection "
