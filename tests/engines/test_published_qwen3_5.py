@@ -1,5 +1,5 @@
 """The published Qwen3.6-27B compressed-tensors config and its drafter's index entries
-(tests/data/published/qwen3_5_dense_ct_mtpfile, origin in SOURCES.md): what vLLM 0.33
+(tests/data/published/qwen3_5_dense_ct_mtpfile/SOURCES.md says where they come from): what vLLM 0.33
 builds for every drafter module agrees with what the index says is stored, and the
 shape of issue 19's fourth report (``mtp.fc`` BF16 under a config that does not list
 it in ``ignore``) is caught on the real config."""
