@@ -86,3 +86,30 @@ def test_a_negative_rule_is_vllms_own_answer_and_the_plugin_keeps_it(s8_mtp: Any
     experts = _experts(s8_mtp, scenarios["q0"].path)
     assert type(experts.quant_method).__name__ == "UnquantizedFusedMoEMethod"
     assert not [d for d in routing.take_decisions() if d.prefix == PREFIX]
+
+
+def _filter(folder: Path) -> list[str]:
+    """vLLM's ``DefaultModelLoader._prepare_weights`` step, called as it calls it."""
+    from vllm.model_executor.model_loader import default_loader
+
+    files = [str(p) for p in sorted(folder.glob("*.safetensors"))]
+    return default_loader.filter_duplicate_safetensors_files(files, str(folder), "model.safetensors.index.json")
+
+
+def test_a_draft_load_reads_the_file_the_index_never_names(scenarios, plugin) -> None:
+    from specguard.integrations.vllm import loading
+
+    q2 = scenarios["q2"].path
+    extra = str(q2 / "model_extra_tensors.safetensors")
+    assert extra not in _filter(q2)  # the target's load: vLLM's answer
+    with loading.draft_load(str(q2)):
+        assert extra in _filter(q2)
+        assert str(scenarios["q0"].path / "model_extra_tensors.safetensors") in _filter(scenarios["q0"].path)
+
+
+def test_without_the_plugin_the_drafter_file_is_dropped(scenarios) -> None:
+    from specguard.integrations.vllm import loading
+
+    q2 = scenarios["q2"].path
+    with loading.draft_load(str(q2)):
+        assert str(q2 / "model_extra_tensors.safetensors") not in _filter(q2)

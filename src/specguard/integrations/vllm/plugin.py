@@ -10,7 +10,9 @@ What is patched (each when vLLM imports the module, see ``hooks``):
 * ``VllmConfig._get_quantization_config``: tags each quant config with the
   checkpoint it was built from, so a separate drafter routes by its own disk.
 * ``BaseModelLoader.load_model`` / ``DefaultModelLoader.load_weights``: the
-  start-up log and the LoadGuard around the draft model's weight load.
+  start-up log and the LoadGuard around the draft model's weight load;
+  ``filter_duplicate_safetensors_files`` as ``default_loader`` calls it: a draft
+  load also reads a file the index never names that stores its tensors.
 """
 
 from __future__ import annotations
@@ -224,6 +226,8 @@ def _patch_default_loader(module: ModuleType) -> None:
     from specguard.integrations.vllm import loading
 
     _patches.replace(module.DefaultModelLoader, "load_weights", loading.wrap_load_weights)
+    # default_loader.py imports the function by name: its module global is the one called
+    _patches.replace(module, "filter_duplicate_safetensors_files", loading.wrap_filter_files)
 
 
 # Which vLLM module each patch waits for (applied when vLLM imports it).
