@@ -1,5 +1,6 @@
-"""Scenario q1 (a GPTQ ``dynamic`` rule claims a BF16 drafter 4-bit) through vLLM 0.33's
-real ``AutoGPTQConfig`` and ``RoutedExperts`` on CPU, without and with the plugin.
+"""Scenarios q1 (a GPTQ ``dynamic`` rule claims a BF16 drafter 4-bit) and q2 (the drafter
+in a file the index never names) through vLLM 0.33's real ``AutoGPTQConfig``,
+``RoutedExperts`` and ``DefaultModelLoader`` on CPU, without and with the plugin.
 
 The experts layer is built by vLLM's ``FusedMoEFactory`` at the drafter's quant
 prefix (``mtp.layers.0.mlp.experts``, as qwen3_5_mtp.py builds it) with the
@@ -113,3 +114,55 @@ def test_without_the_plugin_the_drafter_file_is_dropped(scenarios) -> None:
     q2 = scenarios["q2"].path
     with loading.draft_load(str(q2)):
         assert str(q2 / "model_extra_tensors.safetensors") not in _filter(q2)
+
+
+class _DrafterExperts(torch.nn.Module):
+    """vLLM's routed-experts layer of the drafter, fed by the drafter's loader rule:
+    qwen3_5_mtp.py keeps ``mtp.*`` names and hands ``mtp.layers.0.mlp.experts.*`` to the
+    layer (the rest of the drafter is not built here)."""
+
+    def __init__(self, experts: Any) -> None:
+        super().__init__()
+        self.experts = experts
+
+    def load_weights(self, weights: Any) -> set[str]:
+        mine = ((n.removeprefix(PREFIX + "."), w) for n, w in weights if n.startswith(PREFIX + "."))
+        return {f"experts.{p}" for p in self.experts.load_weights(mine)}
+
+
+def _draft_model_config(vllm_config: Any, ckpt: Path) -> Any:
+    """The draft's ModelConfig as vLLM's loader reads it, pointed at ``ckpt`` (a quantized one)."""
+    import copy
+
+    draft = copy.copy(vllm_config.speculative_config.draft_model_config)
+    object.__setattr__(draft, "model", str(ckpt))
+    object.__setattr__(draft, "quantization", "auto_gptq")
+    return draft
+
+
+def _load(vllm_config: Any, model: Any, draft: Any) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import DefaultModelLoader
+
+    with set_current_vllm_config(vllm_config):
+        DefaultModelLoader(vllm_config.load_config).load_weights(model, draft)
+
+
+def test_q2_without_the_plugin_the_drafter_loads_nothing_and_nobody_says(s8_mtp: Any, scenarios) -> None:
+    q2 = scenarios["q2"].path
+    model = _DrafterExperts(_experts(s8_mtp, q2))
+    guard = LoadGuard(model, policy="report")
+    with guard:
+        _load(s8_mtp, model, _draft_model_config(s8_mtp, q2))  # vLLM raises nothing
+    assert set(guard.report.names()) == {"experts.w13_weight", "experts.w2_weight"}
+
+
+def test_q2_with_the_plugin_the_drafter_loads_under_loadguard(s8_mtp: Any, scenarios, plugin) -> None:
+    from specguard.integrations.vllm import loading
+
+    q2 = scenarios["q2"].path
+    model = _DrafterExperts(_experts(s8_mtp, q2))
+    with loading.draft_load(str(q2)):  # as the plugin's load_model wrapper marks a draft load
+        _load(s8_mtp, model, _draft_model_config(s8_mtp, q2))  # DraftGuard: raises if anything is unwritten
+    tensors = _draft_experts(q2)
+    assert torch.equal(model.experts.w2_weight[1], tensors["1.down_proj.weight"])
