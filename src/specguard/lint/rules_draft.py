@@ -65,7 +65,7 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
             continue
         files = sorted({c.tensors[n].file for n in names})
         nbytes = sum(c.tensors[n].offsets[1] - c.tensors[n].offsets[0] for n in names)
-        quantized = bool(r.config.get("quantization_config") or r.checkpoint.hf_quant_config)
+        quantized = r.declared_config.stack != "none"
         if quantized:
             # default_loader.py load_weights: track_weights_loading only when quantization is None
             effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
