@@ -31,3 +31,11 @@ def test_a_stale_copy_outside_the_index_is_skipped(scenarios, tmp_path):
     c = open_checkpoint(d)
     assert c.outside_index == ("mtp.extra.weight",)
     assert c.tensors[name].file != "consolidated.safetensors"
+
+
+def test_inspect_says_which_tensors_the_index_never_names(scenarios, capsys):
+    from specguard.cli import main
+
+    assert main(["inspect", str(scenarios["q2"].path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "; 29 in model_extra_tensors.safetensors, which the index never names" in out
