@@ -87,6 +87,8 @@ _GENERIC_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": [
 _QWEN3_5_MTP_PACKED = _GENERIC_PACKED
 _QWEN3_5_PACKED = {**_GENERIC_PACKED, "in_proj_qkvz": ["in_proj_qkv", "in_proj_z"],
                    "in_proj_ba": ["in_proj_b", "in_proj_a"]}
+# qwen3_next.py Qwen3NextForCausalLM: its checkpoints store in_proj_qkvz / in_proj_ba fused
+_QWEN3_NEXT_PACKED = {**_GENERIC_PACKED, "in_proj_qkvz": ["in_proj_qkvz"], "in_proj_ba": ["in_proj_ba"]}
 # Qwen3.5/Qwen3-Next layers built with quant_config=None: GDN conv1d
 # (qwen_gdn_linear_attn.py), the shared-expert gate (qwen3_next.py ReplicatedLinear)
 _QWEN3_5_NO_QUANT = (".linear_attn.conv1d", ".mlp.shared_expert_gate")
@@ -306,7 +308,7 @@ class Vllm033:
         """auto_gptq.py as it decides for this prefix (see engines/vllm/gptq.py)."""
         qc = self.quantization_config
         unquantized = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
-        if model == MTP_MODEL and self.layout.family == "qwen3_5" and prefix.startswith("mtp.layers."):
+        if model == MTP_MODEL and self.model_type.startswith("qwen3_5") and prefix.startswith("mtp.layers."):
             hit = next((k for k in qc.get("dynamic") or {} if k.startswith("-:") and "mtp" in k), None)
             if hit is not None:
                 return self._plain(d, cls, unquantized, f"qwen3_5_mtp.py: dynamic {hit!r} makes "
@@ -343,7 +345,9 @@ class Vllm033:
                     packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
                 return packed
             if self.layout.family == "qwen3_5" and model != DSPARK_MODEL:
-                return _QWEN3_5_MTP_PACKED if model == MTP_MODEL else _QWEN3_5_PACKED
+                if model == MTP_MODEL:
+                    return _QWEN3_5_MTP_PACKED
+                return _QWEN3_NEXT_PACKED if self.model_type.startswith("qwen3_next") else _QWEN3_5_PACKED
             if self.layout.family == "generic" and model != DSPARK_MODEL:
                 # Llama/Qwen-style classes (qwen3_moe.py, llama.py ... packed_modules_mapping)
                 return _GENERIC_PACKED
