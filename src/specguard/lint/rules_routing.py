@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from collections.abc import Iterator
 
-from specguard.declared.patterns import regex_match
+from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -148,14 +147,17 @@ def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, sourc
     """GPTQ layers built over float tensors: no ``weight`` parameter takes them
     (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
     raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
-    dynamic = _gptq_dynamic(ctx)
-    fixed = gptq_dynamic_fix(dynamic, [rt.prefix for rt in routes])
+    quantized = [rt.prefix for _, rt in ctx.all_routes() if rt.stored is not None and rt.stored.quantized]
+    fixed = gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
+    fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
+           "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
+           "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
     return Finding(
         "SG203", ERROR,
         f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
-        f"set quantization_config.dynamic to {json.dumps(fixed)}",
+        fix,
         data={"dynamic": fixed},
     )
 
@@ -166,21 +168,6 @@ def _gptq_dynamic(ctx: LintContext) -> dict:
         if isinstance(qc, dict) and isinstance(qc.get("dynamic"), dict):
             return dict(qc["dynamic"])
     return {}
-
-
-def gptq_dynamic_fix(dynamic: dict, prefixes: list[str]) -> dict:
-    """``dynamic`` with the modules at ``prefixes`` excluded: a ``-:`` rule first (vLLM tries
-    rules in order, the first match wins), positive rules that matched them dropped. An MTP
-    drafter gets ``-:.*mtp.*``, which also makes qwen3_5_mtp.py build its layers unquantized."""
-    mtp = all(p.startswith("mtp.") for p in prefixes)
-    exclusions = {"-:.*mtp.*": {}} if mtp else {f"-:^{re.escape(p)}$": {} for p in prefixes}
-
-    def shadowed(rule: str) -> bool:  # a positive rule the exclusion now hides
-        if rule.startswith("-:"):
-            return False
-        return ("mtp" in rule) if mtp else any(regex_match(rule.removeprefix("+:"), p) for p in prefixes)
-
-    return {**exclusions, **{k: v for k, v in dynamic.items() if k not in exclusions and not shadowed(k)}}
 
 
 @rule("SG204", "stored-quantized-declared-unquantized", ERROR,

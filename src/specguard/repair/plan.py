@@ -113,6 +113,13 @@ class Overlay:
                 del block[key]
             self.changes.append(Change(file, key, "-", tuple(gone), why))
 
+    def set_quant_key(self, key: str, value: Any, why: str) -> None:
+        """A key of the quantization block itself (GPTQ's ``dynamic``), replaced whole."""
+        block, file = self.quant_block()
+        if block.get(key) != value:
+            block[key] = value
+            self.changes.append(Change(file, key, "=", (value,), why))
+
     def set_key(self, key: str, value: Any, why: str) -> None:
         """A top-level key of config.json's text config (``num_nextn_predict_layers``)."""
         holder = text_config(self.config)

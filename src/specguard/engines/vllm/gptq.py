@@ -20,6 +20,7 @@ Sources (vllm 0.33.0): model_executor/layers/quantization/auto_gptq.py
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -106,3 +107,22 @@ def gptq_builds(qc: Mapping[str, object], prefix: str, kind: str, quantized_laye
     g = dynamic_override(dynamic, prefix, "group_size", group)
     why = f"dynamic {rule!r} (first match)" if rule else f"bits={bits}, group_size={group}"
     return GptqDecision(True, b if isinstance(b, int) else bits, g if isinstance(g, int) else group, why)
+
+
+def gptq_dynamic_fix(dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
+    """``dynamic`` with the modules at ``prefixes`` excluded: a ``-:`` rule first (vLLM tries
+    rules in order, the first match wins), positive rules that matched them dropped. An MTP
+    drafter gets ``-:.*mtp.*``, which also makes qwen3_5_mtp.py build its layers unquantized.
+    None when ``quantized`` (prefixes stored quantized) holds an MTP module too: any ``-:``
+    rule naming ``mtp`` would build that one unquantized as well."""
+    mtp = all(p.startswith("mtp.") for p in prefixes)
+    if mtp and any(q.startswith("mtp.") for q in quantized):
+        return None
+    exclusions = {"-:.*mtp.*": {}} if mtp else {f"-:^{re.escape(p)}$": {} for p in prefixes}
+
+    def shadowed(rule: str) -> bool:  # a positive rule the exclusion now hides
+        if rule.startswith("-:"):
+            return False
+        return ("mtp" in rule) if mtp else any(_match(rule.removeprefix("+:"), p) for p in prefixes)
+
+    return {**exclusions, **{k: v for k, v in dynamic.items() if k not in exclusions and not shadowed(k)}}
