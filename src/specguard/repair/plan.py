@@ -73,6 +73,7 @@ class Overlay:
     hf_quant_config: dict[str, Any] | None
     reencode: dict[str, str] = field(default_factory=dict)  # checkpoint module -> new format
     changes: list[Change] = field(default_factory=list)  # what changed in the configs, and why
+    index_add: dict[str, str] = field(default_factory=dict)  # tensor -> file, for weight_map
 
     @classmethod
     def of(cls, checkpoint: Checkpoint, role: str) -> Overlay:
@@ -127,9 +128,21 @@ class Overlay:
             holder[key] = value
             self.changes.append(Change("config.json", key, "=", (value,), why))
 
+    def index_outside_drafts(self, resolver: Resolver) -> None:
+        """Name in the index the draft tensors stored only in files it never names: vLLM
+        opens the indexed files only (SG303; what add-mtp-weights.py does by hand)."""
+        c = self.checkpoint
+        names = [n for n in c.outside_index if resolver.layout.role(n).is_draft and n not in self.index_add]
+        if c.index is None or not names:
+            return
+        self.index_add.update({n: c.tensors[n].file for n in names})
+        files = tuple(sorted({c.tensors[n].file for n in names}))
+        self.changes.append(Change("model.safetensors.index.json", "weight_map", "+", files,
+                                   f"{len(names)} draft tensor(s) the index never named"))
+
     @property
     def changed(self) -> bool:
-        return bool(self.reencode) or self.config != dict(self.checkpoint.config or {}) or (
+        return bool(self.reencode) or bool(self.index_add) or self.config != dict(self.checkpoint.config or {}) or (
             self.hf_quant_config != (dict(self.checkpoint.hf_quant_config)
                                      if self.checkpoint.hf_quant_config else None))
 
@@ -157,7 +170,7 @@ class Plan:
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        return not self.problems and not any(ov.index_add for ov in self.overlays)
 
     def pending(self, pick: Callable[[Problem], bool] = lambda p: True) -> list[Problem]:
         return [p for p in self.problems if not p.handled and pick(p)]
@@ -179,6 +192,7 @@ def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequenc
     for platform in platforms:
         for overlay, res in zip(overlays, open_resolvers(target, drafter, platform, draft_method), strict=True):
             problems += [Problem(platform, overlay, res, rt) for rt in res.routes() if rt.verdict != OK]
+            overlay.index_outside_drafts(res)
     plan = Plan(tuple(platforms), overlays, problems)
     if plan.clean:
         return plan

@@ -142,7 +142,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
         elif rel == HF_QUANT and ov.hf_quant_config is not None and \
                 ov.hf_quant_config != dict(ov.checkpoint.hf_quant_config or {}):
             result.written[rel] = _json(target, ov.hf_quant_config)
-        elif rel == INDEX and rewritten:
+        elif rel == INDEX and (rewritten or ov.index_add):
             result.written[rel] = _index(ov, src, target, modules)
         else:
             _link(src, target, result)
@@ -163,10 +163,11 @@ def _json(path: Path, obj: dict) -> int:
 
 
 def _index(ov: Overlay, src: Path, target: Path, modules) -> int:
-    """The index with each re-encoded module's scale gone and sizes recomputed."""
+    """The index with each re-encoded module's scale gone, the draft tensors it never
+    named added (``Overlay.index_add``) and sizes recomputed."""
     index = json.loads(src.read_text())
     dropped = {t.name for m in modules.values() for p, t in m.params.items() if p in ("scale", "weight_scale")}
-    weight_map = {k: v for k, v in index["weight_map"].items() if k not in dropped}
+    weight_map = {k: v for k, v in index["weight_map"].items() if k not in dropped} | ov.index_add
     total = 0
     for name in weight_map:
         t = ov.checkpoint.tensors[name]
