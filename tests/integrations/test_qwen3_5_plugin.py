@@ -166,3 +166,20 @@ def test_q2_with_the_plugin_the_drafter_loads_under_loadguard(s8_mtp: Any, scena
         _load(s8_mtp, model, _draft_model_config(s8_mtp, q2))  # DraftGuard: raises if anything is unwritten
     tensors = _draft_experts(q2)
     assert torch.equal(model.experts.w2_weight[1], tensors["1.down_proj.weight"])
+
+
+@pytest.mark.parametrize("name", ["q1", "q2"])
+def test_the_repaired_checkpoint_loads_completely_in_stock_vllm(s8_mtp: Any, scenarios, tmp_path: Path,
+                                                                name: str) -> None:
+    """``specguard fix`` output, no plugin: vLLM's own AutoGPTQConfig builds the draft experts
+    as stored and its own loader fills every parameter (LoadGuard, raise)."""
+    from specguard.cli import main
+
+    out = tmp_path / name
+    assert main(["fix", str(scenarios[name].path), "--out", str(out)]) == 0
+    model = _DrafterExperts(_experts(s8_mtp, out))
+    assert type(model.experts.quant_method).__name__ == "UnquantizedFusedMoEMethod"
+    with LoadGuard(model, policy="raise"):
+        _load(s8_mtp, model, _draft_model_config(s8_mtp, out))
+    tensors = _draft_experts(out)
+    assert torch.equal(model.experts.w2_weight[3], tensors["3.down_proj.weight"])
