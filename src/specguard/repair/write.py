@@ -126,7 +126,8 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
     root = ov.checkpoint.root
     result = Written(ov, dest)
     modules = _modules(ov)
-    rewritten = sorted({t.file for m in modules.values() for t in m.params.values()})
+    rewritten = sorted({t.file for m in modules.values() for t in m.params.values()}
+                       | {ov.checkpoint.tensors[n].file for n in ov.rename})
     for src in sorted(root.rglob("*")):
         rel = src.relative_to(root).as_posix()
         if src.is_dir() or ".git" in rel.split("/"):
@@ -134,7 +135,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if rel in rewritten:
-            entries = sh.plan_shard(ov.checkpoint, rel, modules)
+            entries = sh.plan_shard(ov.checkpoint, rel, modules, ov.rename)
             result.written[rel] = sh.write_shard(ov.checkpoint, rel, entries, target)
             result.replaced[rel] = src.stat().st_size
         elif rel == CONFIG and ov.config != dict(ov.checkpoint.config or {}):
@@ -173,7 +174,7 @@ def _index(ov: Overlay, src: Path, target: Path, modules) -> int:
         t = ov.checkpoint.tensors[name]
         mod = modules.get(name.rsplit(".", 1)[0])
         total += t.numel * 2 * 2 if mod is not None and name.endswith(".weight") else t.nbytes
-    index["weight_map"] = weight_map
+    index["weight_map"] = {ov.rename.get(k, k): v for k, v in weight_map.items()}
     index.setdefault("metadata", {})["total_size"] = total
     return _json(target, index)
 
