@@ -126,7 +126,9 @@ class _DrafterExperts(torch.nn.Module):
         self.experts = experts
 
     def load_weights(self, weights: Any) -> set[str]:
-        mine = ((n.removeprefix(PREFIX + "."), w) for n, w in weights if n.startswith(PREFIX + "."))
+        # AutoWeightsLoader drops ``.g_idx`` first (QuantizationConfig.get_checkpoint_weight_mapper)
+        mine = ((n.removeprefix(PREFIX + "."), w) for n, w in weights
+                if n.startswith(PREFIX + ".") and not n.endswith(".g_idx"))
         return {f"experts.{p}" for p in self.experts.load_weights(mine)}
 
 
@@ -183,3 +185,31 @@ def test_the_repaired_checkpoint_loads_completely_in_stock_vllm(s8_mtp: Any, sce
         _load(s8_mtp, model, _draft_model_config(s8_mtp, out))
     tensors = _draft_experts(out)
     assert torch.equal(model.experts.w2_weight[3], tensors["3.down_proj.weight"])
+
+
+def test_the_repaired_q3_loads_its_gptq_experts_in_stock_vllm_and_under_the_plugin(
+        s8_mtp: Any, scenarios, tmp_path: Path) -> None:
+    """q3 repaired (per-expert names): vLLM's GPTQ MoE method takes every stored tensor; its
+    bias slots, which vLLM drops when no checkpoint fills them, are the only ones left."""
+    from specguard.cli import main
+    from specguard.integrations.vllm import installed, loading
+
+    out = tmp_path / "q3"
+    assert main(["fix", str(scenarios["q3"].path), "--out", str(out)]) == 0
+    model = _DrafterExperts(_experts(s8_mtp, out))
+    assert type(model.experts.quant_method).__name__ == "AutoGPTQMoEMethod"
+    guard = LoadGuard(model, policy="report")
+    with guard:
+        _load(s8_mtp, model, _draft_model_config(s8_mtp, out))
+    assert set(guard.report.names()) == set(loading.optional_parameters(model))
+    with installed():  # the plugin's DraftGuard (raise) over the same load
+        model = _DrafterExperts(_experts(s8_mtp, out))
+        with loading.draft_load(str(out)):
+            _load(s8_mtp, model, _draft_model_config(s8_mtp, out))
+
+
+def test_q3_as_published_fails_in_stock_vllm(s8_mtp: Any, scenarios) -> None:
+    q3 = scenarios["q3"].path
+    model = _DrafterExperts(_experts(s8_mtp, q3))
+    with pytest.raises(AttributeError, match=r"no parameter 'w2_weight\.0\.qweight'"):
+        _load(s8_mtp, model, _draft_model_config(s8_mtp, q3))

@@ -75,8 +75,9 @@ def test_expert_index_after_the_projection(scenarios):
     assert f.code == "SG701" and "fails to start" in f.message
     assert all(".experts.down_proj." in n for n in f.data["fails"])
     assert {n.split(".experts.")[1].split(".")[0] for n in f.data["skipped"]} == {"gate_proj", "up_proj"}
-    assert len(f.modules) == sum(len(e.tensors) for m, e in q3.expected.items() if ".experts." in m
-                                 and m.startswith("mtp."))
+    # g_idx is dropped by vLLM's loader before the layer sees it (get_checkpoint_weight_mapper)
+    assert len(f.modules) == sum(len([t for t in e.tensors if t != "g_idx"]) for m, e in q3.expected.items()
+                                 if ".experts." in m and m.startswith("mtp."))
 
 
 def test_hybrid_fp8_drafter_under_gptq(scenarios):

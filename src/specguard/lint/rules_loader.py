@@ -17,12 +17,17 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
     for res, rt in ctx.all_routes():
         if rt.kind != r.ROUTED_EXPERTS:
             continue
+        # with a quant config, AutoWeightsLoader drops ``.g_idx`` before any layer sees it
+        # (QuantizationConfig.get_checkpoint_weight_mapper)
+        dropped = ("g_idx",) if res.declared_config.stack != "none" else ()
         for module in rt.checkpoint_names:
             mod = res.table.modules.get(module)
             if mod is None or ".experts." not in f"{module}.":
                 continue
             below = module.split(".experts", 1)[1].lstrip(".")
             for param in mod.params:
+                if param in dropped:
+                    continue
                 t = res.checkpoint.tensors.get(f"{module}.{param}")
                 rest = f"{below}.{param}" if below else param
                 yield f"{module}.{param}", rest, t is not None and len(t.shape) == 3

@@ -179,7 +179,8 @@ class DraftGuard:
         from specguard.guard import LoadGuard
 
         include = guarded_patterns(self.model)
-        self._guard = LoadGuard(self.model, policy="report", include=include, buffers=False)
+        self._guard = LoadGuard(self.model, policy="report", include=include, exclude=optional_parameters(self.model),
+                                buffers=False)
         self._guard.__enter__()
         return self
 
@@ -200,6 +201,17 @@ class DraftGuard:
             raise DraftLoadError(self.report)  # carries the table
         log.error("specguard: draft weights (%s=warn, serving anyway):\n%s", GUARD_ENV, self.report)
         return False
+
+
+def optional_parameters(model: Any) -> list[str]:
+    """Parameters vLLM registers for tensors a checkpoint may lack and drops when the load
+    left them unwritten: GPTQ MoE expert biases (auto_gptq.py ``AutoGPTQMoEMethod``
+    ``process_weights_after_loading`` unregisters ``w13_bias`` / ``w2_bias`` not loaded)."""
+    out = []
+    for name, module in model.named_modules():
+        if type(getattr(module, "quant_method", None)).__name__ == "AutoGPTQMoEMethod":
+            out += [f"{name}.w13_bias" if name else "w13_bias", f"{name}.w2_bias" if name else "w2_bias"]
+    return out
 
 
 def guarded_patterns(model: Any) -> list[str]:
