@@ -400,10 +400,10 @@ def ct_w4a16(ignore: list[str]) -> dict[str, Any]:
 
 
 # Qwen's GPTQ-Int4 rules (the vision tower's ``-:.*visual.*`` left out: no vision tensors here)
-QWEN_RULES = {"-:.*attn.*": {}, "-:.*shared_expert.*": {}}
-DENSE_RULES = {"-:.*attn.*": {}}
+QWEN_RULES: dict[str, dict[str, Any]] = {"-:.*attn.*": {}, "-:.*shared_expert.*": {}}
+DENSE_RULES: dict[str, dict[str, Any]] = {"-:.*attn.*": {}}
 POSITIVE_MTP = {"+:.*mtp.*": {"bits": 4, "group_size": 64}, "+:.*mtp\\.fc.*": {"bits": 4, "group_size": 64}}
-NEGATIVE_MTP = {"-:.*mtp.*": {}}
+NEGATIVE_MTP: dict[str, dict[str, Any]] = {"-:.*mtp.*": {}}
 
 
 # ----------------------------------------------------------------- scenarios

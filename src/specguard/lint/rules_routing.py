@@ -174,7 +174,7 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, source: str,
-                     routes: list[Route]) -> Finding:
+                     routes: list[Built]) -> Finding:
     """GPTQ layers built over float tensors: no ``weight`` parameter takes them
     (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
     raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specguard.declared.patterns import regex_match
 from specguard.layouts.roles import HEAD_KIND as HEAD
@@ -88,9 +89,9 @@ def header_scan_layers(tensors: Iterable[tuple[str, str]]) -> list[str]:
     return sorted({name.rsplit(".", 1)[0] for name, dtype in tensors if dtype not in ("F16", "BF16", "F32")})
 
 
-def gptq_builds(qc: Mapping[str, object], prefix: str, kind: str, quantized_layers: Sequence[str],
+def gptq_builds(qc: Mapping[str, Any], prefix: str, kind: str, quantized_layers: Sequence[str],
                 packed: Mapping[str, Sequence[str]]) -> GptqDecision:
-    dynamic = qc.get("dynamic") or {}
+    dynamic: Mapping[str, Any] = qc.get("dynamic") or {}
     bits, group = int(qc.get("bits", 4)), int(qc.get("group_size", 128))
     if kind == HEAD and not qc.get("lm_head"):
         return GptqDecision(False, 16, -1, "lm_head is false")
@@ -118,7 +119,7 @@ def gptq_dynamic_fix(dynamic: dict, prefixes: list[str], quantized: Sequence[str
     mtp = all(p.startswith("mtp.") for p in prefixes)
     if mtp and any(q.startswith("mtp.") for q in quantized):
         return None
-    exclusions = {"-:.*mtp.*": {}} if mtp else {f"-:^{re.escape(p)}$": {} for p in prefixes}
+    exclusions: dict[str, dict] = {"-:.*mtp.*": {}} if mtp else {f"-:^{re.escape(p)}$": {} for p in prefixes}
 
     def shadowed(rule: str) -> bool:  # a positive rule the exclusion now hides
         if rule.startswith("-:"):
