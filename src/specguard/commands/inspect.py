@@ -88,8 +88,11 @@ def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
 def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> None:
     ckpt: Checkpoint = table.checkpoint
     runs = group_runs((m.name, _row_key(m, role_label(roles[m.name])), m) for m in table)
-    t = Table(title=f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)",
-              title_justify="left")
+    title = f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)"
+    if ckpt.outside_index:  # read all the same: the stored truth (lint SG303/SG601 say what loaders do)
+        files = sorted({ckpt.tensors[n].file for n in ckpt.outside_index})
+        title += f"; {len(ckpt.outside_index):,} in {escape(', '.join(files))}, which the index never names"
+    t = Table(title=title, title_justify="left")
     t.add_column("modules")
     t.add_column("stored as")
     t.add_column("role")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.lint.context import LintContext
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
 
@@ -50,4 +51,34 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
             "SG302", WARNING, f"draft layers: {'; '.join(parts)}",
             tuple(f"model.layers.{i}" for i in absent + extra),
             "make num_nextn_predict_layers agree with the draft layers stored",
+        )
+
+
+@rule("SG303", "draft-weights-outside-index", ERROR,
+      "Draft tensors are stored in a file the index never names: vLLM reads only indexed files, so the "
+      "drafter is never loaded.")
+def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        c = r.checkpoint
+        names = [n for n in c.outside_index if r.layout.role(n).is_draft]
+        if not names:
+            continue
+        files = sorted({c.tensors[n].file for n in names})
+        nbytes = sum(c.tensors[n].offsets[1] - c.tensors[n].offsets[0] for n in names)
+        quantized = r.declared_config.stack != "none"
+        if quantized:
+            # default_loader.py load_weights: track_weights_loading only when quantization is None
+            effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
+        else:
+            effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
+        yield Finding(
+            "SG303", ERROR,
+            f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
+            f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
+            f"{describe(names)}",
+            tuple(names),
+            f"add the {len(names)} names to weight_map with the value "
+            f"{' / '.join(repr(f) for f in files)} (and their {nbytes:,} bytes to metadata.total_size)",
+            data={"files": files, "tensors": len(names), "bytes": nbytes,
+                  "loader": "unwritten" if quantized else "fails to start"},
         )
