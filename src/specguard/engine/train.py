@@ -291,7 +291,7 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     log(f"training time: {time.perf_counter() - t0:.0f}s")
     log(f"RESULT held-out bpb {scores['target_bpb']:.4f} (unigram {unigram:.4f}); "
         f"MTP next-next bpb {scores['mtp_bpb']:.4f}; MTP/target argmax agreement {scores['mtp_agree']:.3f}"
-        + (f"; DSpark next-next bpb {scores['dspark_bpb']:.4f}, agreement {scores['dspark_agree']:.3f}"
+        + (f"; DSpark block bpb (position mean) {scores['dspark_bpb']:.4f}, agreement {scores['dspark_agree']:.3f}"
            if dspark else ""))
     meta = {"train_config": json.dumps(asdict(cfg)), "held_out_bpb": f"{scores['target_bpb']:.4f}",
             "unigram_bpb": f"{unigram:.4f}"}
