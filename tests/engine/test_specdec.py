@@ -17,7 +17,7 @@ from specguard.engine.specdec import (
 )
 from specguard.engine.weights import load_dspark, load_weights
 
-NEW = 40
+NEW = 24
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])

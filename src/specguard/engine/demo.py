@@ -206,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", choices=[*DEMO_SCENARIOS, "all"], default="s1")
     p.add_argument("-k", "--draft-tokens", type=int, default=3, dest="k", help="draft tokens per step")
     p.add_argument("--prompts", type=int, default=4, help="held-out prompts to decode")
-    p.add_argument("--new-tokens", type=int, default=96, help="tokens generated per prompt")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (1 is fastest for this small model)")
