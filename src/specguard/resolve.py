@@ -19,20 +19,30 @@ from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
-from specguard.declared import FNMATCHCASE, ConfigError, DeclaredScheme, parse_declared
-from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
+from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.engines import EngineChoice, EngineModel
+from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
+from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
-from specguard.layouts import Layout, Role, layout_for
+from specguard.layouts import Layout, Role, layer_index, layout_for
+from specguard.layouts.roles import ModuleKind
+from specguard.vocabulary import Vocabulary
 
-OK = "ok"
-MISROUTED = "misrouted"
-MISSING = "missing"
-UNMATCHED = "unmatched pattern"
-VERDICTS = (OK, MISROUTED, MISSING, UNMATCHED)
+
+class Verdict(Vocabulary):
+    """What specguard concludes for one runtime module."""
+
+    OK = "ok"
+    MISROUTED = "misrouted"  # the modelled engine builds a method that cannot read what is stored
+    MISSING = "missing"  # nothing (or not everything the build needs) is stored
+    UNMATCHED = "unmatched pattern"  # an exclusion meant for this module matches nothing at runtime
+
+
+OK, MISROUTED, MISSING, UNMATCHED = Verdict.OK, Verdict.MISROUTED, Verdict.MISSING, Verdict.UNMATCHED
 NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
@@ -42,17 +52,21 @@ class Route:
 
     prefix: str  # canonical runtime (quant) prefix
     role: Role
-    kind: str  # routed_experts / linear / embedding / head / norm / other
+    kind: ModuleKind  # the layer class the engine builds (not the role: see ``role``)
     stored: Scheme | None  # None: nothing on disk behind this prefix
     declared: DeclaredScheme | None  # the config's claim for the runtime prefix
-    build: Scheme | None  # what specguard routes it to: the stored scheme
-    vllm: EngineChoice | None  # what vLLM 0.33 builds, and the rule that decided
+    vllm: EngineChoice | None  # what the modelled engine (vLLM 0.33) builds, and the rule that decided
     checkpoint_names: tuple[str, ...]  # checkpoint module names behind the prefix
-    verdict: str
+    verdict: Verdict
     reason: str
     missing: tuple[str, ...] = ()  # tensors the build needs that the disk lacks
     unmatched: tuple[str, ...] = ()  # patterns that match this module's checkpoint names only
     sniff: Sniff | None = field(default=None, compare=False)
+
+    @property
+    def build(self) -> Scheme | None:
+        """What specguard routes the module to: what is stored, always."""
+        return self.stored
 
 
 class Resolver:
@@ -76,7 +90,7 @@ class Resolver:
                 dict(self.config), draft_method=draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
-        except ValueError as e:  # LayoutError, or counts no model has
+        except LayoutError as e:  # too little said, or counts no model has
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
             raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
@@ -85,6 +99,7 @@ class Resolver:
         except ConfigError as e:
             raise CheckpointError(f"{checkpoint.name} [config.json]", str(e)) from e
         self.platform = platform
+        self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
             self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)
             self._vllm_model: str | None = None
@@ -151,11 +166,17 @@ class Resolver:
         r = self.route(prefix)
         return r.stored
 
-    def declared(self, prefix: str) -> DeclaredScheme:
+    def declared(self, prefix: str) -> DeclaredScheme | None:
+        """The config's claim for a runtime prefix (None: nothing stored behind it)."""
         return self.route(prefix).declared
 
     def route(self, prefix: str) -> Route:
-        c = self.canonical(prefix) or prefix
+        """The route of one runtime module: a runtime prefix in any root spelling, or a
+        checkpoint-style name (``mtp.0.ffn.experts``) that names exactly one runtime module.
+
+        A layer the model has but the disk lacks routes ``missing``; a prefix the
+        model does not have raises UnknownPrefixError (a UsageError)."""
+        c = self.canonical(prefix) or self._from_checkpoint_name(prefix) or self._in_model(prefix)
         hit = self._routes.get(c)
         if hit is None:
             with self._route_lock:
@@ -163,6 +184,27 @@ class Resolver:
                 if hit is None:
                     hit = self._routes[c] = self._make_route(c)
         return hit
+
+    def _from_checkpoint_name(self, name: str) -> str | None:
+        """The runtime prefix whose checkpoint modules ``name`` names (all of them, or a prefix of theirs)."""
+        name = name.rstrip(".")
+        hits = [p for p, names in self._groups.items()
+                if any(n == name or n.startswith(name + ".") for n in names)]
+        if len(hits) > 1:
+            shown = ", ".join(hits[:6]) + (f" (+{len(hits) - 6} more)" if len(hits) > 6 else "")
+            raise UnknownPrefixError(f"{name!r} names {len(hits)} runtime modules ({shown}); route one of them")
+        return hits[0] if hits else None
+
+    def _in_model(self, prefix: str) -> str:
+        """``prefix`` itself when it is a layer the model has (nothing stored: ``missing``), else an error."""
+        index = layer_index(prefix)
+        n, drafts = self.layout.num_hidden_layers, list(self.layout.draft_layers)
+        if index is not None and (index < n or index in drafts):
+            return prefix
+        where = f"layers 0-{n - 1}" + (f", draft layer(s) {', '.join(map(str, drafts))}" if drafts else "")
+        raise UnknownPrefixError(
+            f"{prefix!r} is not a module of {self.checkpoint.name} ({where}); "
+            f"`specguard route --all` lists its runtime prefixes")
 
     def routes(self) -> list[Route]:
         """A route per runtime module on disk, plus draft layers the config promises but the disk lacks."""
@@ -196,10 +238,10 @@ class Resolver:
         vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
-        quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
+        quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
-        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched)
-        return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
+        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
+        return Route(prefix, role, kind, stored, declared, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
 
     def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
@@ -209,7 +251,7 @@ class Resolver:
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
         for pat in self.declared_config.exclusions:
-            if pat.semantics == FNMATCHCASE and kind != "routed_experts":
+            if pat.semantics == FNMATCHCASE and kind != ModuleKind.ROUTED_EXPERTS:
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
             if pat.matches(name) and not any(pat.matches(p) for p in engine):
@@ -218,7 +260,7 @@ class Resolver:
 
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)
-        return Route(prefix, role, "other", None, None, None, None, (),
+        return Route(prefix, role, ModuleKind.OTHER, None, None, None, (),
                      MISSING, "no tensor on disk maps to this runtime prefix")
 
     def _missing_draft_layers(self) -> list[int]:
@@ -232,6 +274,10 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+class UnknownPrefixError(UsageError):
+    """A prefix that names no module of the model (Resolver.route)."""
 
 
 ROOTS = ("language_model.model.", "language_model.", "model.")
@@ -260,16 +306,16 @@ def same_build(stored: Scheme | None, built: Scheme | None) -> bool:
 
 
 def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice, missing: tuple[str, ...],
-             unmatched: tuple[str, ...]) -> tuple[str, str]:
+             unmatched: tuple[str, ...], *, engine: str) -> tuple[Verdict, str]:
     if stored is None:
         return MISSING, "nothing stored"
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
     if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
-        return OK, f"stored {stored.short()}; what vLLM 0.33 builds ({vllm.method}) is not modelled: {vllm.reason}"
+        return OK, f"stored {stored.short()}; what {engine} builds ({vllm.method}) is not modelled: {vllm.reason}"
     if not same_build(stored, vllm.scheme):
-        return MISROUTED, f"stored {stored.short()}, vLLM 0.33 builds {vllm.method} ({vllm.reason}){pattern_note}"
+        return MISROUTED, f"stored {stored.short()}, {engine} builds {vllm.method} ({vllm.reason}){pattern_note}"
     if missing:
         return MISSING, f"stored {stored.format} lacks {', '.join(missing)}"
     if unmatched:

@@ -16,7 +16,7 @@ One step of speculative decoding, as vLLM runs it:
 Caches are static and written at explicit positions, so rejected drafts are
 rolled back by writing over them; a whole step has fixed shapes and runs as one
 CUDA graph on GPU (:class:`Runner`). Metrics follow vLLM's counters
-(``spec_decode_num_drafts`` etc.; FORMATS.md).
+(``spec_decode_num_drafts`` etc.; docs/formats.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scenarios of shared/SCENARIOS.md as data: family, draft, storage per module, configs.
+"""The scenarios of docs/scenarios.md as data: family, draft, storage per module, configs.
 
 Each storage function answers "how does this publisher store this module";
 the configs are what that publisher writes into config.json (and
@@ -15,11 +15,9 @@ from specguard.factory.build import PLAIN_BF16, Storage
 from specguard.factory.models import (
     ATTN,
     DENSE,
-    DSPARK,
     DSV3,
     DSV4,
     EXPERT,
-    MTP,
     PROJ,
     SHARED,
     ModuleSpec,
@@ -34,7 +32,7 @@ from specguard.formats.scheme import (
     MXFP4,
     NVFP4,
 )
-from specguard.layouts.roles import DRAFT
+from specguard.layouts.roles import DRAFT, DSPARK, MTP
 
 # Storages as each publisher writes them.
 FP8_V4_E8M0 = Storage(FP8_BLOCK, DEEPSEEK, {"scale_name": "scale", "scale_dtype": "F8_E8M0"})
@@ -363,9 +361,11 @@ def _scenarios() -> dict[str, Scenario]:
         Scenario("s8-nvfp4", "clean reference: ModelOpt NVFP4 target whose MTP is NVFP4 too",
                  s8_nvfp4, facts=mtp1),
     ]
-    out = {sc.name: sc for sc in table}
-    out["s8-bf16"] = Scenario("s8-bf16", out["s8"].title, s8, facts=mtp1)
-    return out
+    return {sc.name: sc for sc in table}
+
+
+# Other names a scenario is known by (lower case): ``s8-bf16`` is ``s8``.
+ALIASES: dict[str, str] = {"s8-bf16": "s8"}
 
 
 SCENARIO_TABLE: dict[str, Scenario] = _scenarios()

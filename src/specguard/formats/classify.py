@@ -1,6 +1,6 @@
 """Classify each module from names, dtypes and shapes alone (no config, no bytes).
 
-Each rule reads the shapes the producers write (FORMATS.md): the group size is
+Each rule reads the shapes the producers write (docs/formats.md): the group size is
 the reduction dim divided by the scale's last dim, the FP8 block the smallest
 power of two that tiles the weight into the scale's grid. Where the header
 cannot decide (a U8 scale may hold E8M0 or E4M3 bytes) the answer is
@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats import scheme as s
+from specguard.formats.modules import QUANT_PARAMS
 from specguard.formats.scheme import Scheme
 
 Params = Mapping[str, TensorInfo]
 PLAIN_DTYPES = {"BF16": s.BF16, "F16": s.FP16, "F32": s.FP32, "F64": s.FP32}
-QUANT_PARAMS = frozenset({
-    "weight_scale", "weight_scale_inv", "scale", "weight_scale_2", "input_scale",
-    "weight_zero_point", "weight_global_scale", "input_global_scale",
-})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +61,12 @@ def _ratio(num: int, den: int) -> int | None:
     return num // den if den and num % den == 0 else None
 
 
-def _scale_of(params: Params) -> tuple[str, TensorInfo] | tuple[None, None]:
+def _scale_of(params: Params) -> tuple[str, TensorInfo | None]:
+    """The scale tensor's parameter name and info ("", None: no scale tensor)."""
     for key in ("weight_scale_inv", "weight_scale", "scale"):
         if key in params:
             return key, params[key]
-    return None, None
+    return "", None
 
 
 def _weightless(params: Params) -> Classified:
@@ -78,7 +76,7 @@ def _weightless(params: Params) -> Classified:
     if t is not None and t.dtype in PLAIN_DTYPES:
         return Classified(Scheme(PLAIN_DTYPES[t.dtype], s.PLAIN, weight_dtype=t.dtype))
     if t is not None:
-        return Classified(Scheme(s.PLAIN_OTHER, s.PLAIN, weight_dtype=t.dtype))
+        return Classified(Scheme(s.PLAIN_TENSOR, s.PLAIN, weight_dtype=t.dtype))
     return _unknown(f"no weight tensor (has {', '.join(sorted(params))})")
 
 
