@@ -326,7 +326,7 @@ class Runner:
 @torch.inference_mode()
 def greedy_generate(model: Transformer, prompt: list[int], max_new_tokens: int) -> Generation:
     """Plain greedy decoding (a one-off :class:`Runner`, eager)."""
-    size = min(cache_size(len(prompt), max_new_tokens, 0), model.cfg.max_seq_len)
+    size = min(cache_size(len(prompt), max_new_tokens, 1), model.cfg.max_seq_len)
     return Runner(model, None, 1, size, graphs=False).greedy(prompt, max_new_tokens)
 
 
