@@ -8,7 +8,7 @@ is not in the template's ``exclude`` (lm_head for qwen3_moe); Qwen3-MoE's
 router (``Qwen3MoeTopKRouter``) and transformers 5's fused experts
 (``Qwen3MoeExperts``: 3-D ``gate_up_proj`` / ``down_proj``) are not
 nn.Linear, and Quark exports the experts fused, as bare bf16 tensors under
-one module ``mlp.experts``. Each scheme's weight spec (quark template.py)
+modules ``mlp.experts.gate_up_proj`` and ``mlp.experts.down_proj``. Each scheme's weight spec (quark template.py)
 maps to specguard's vocabulary: int4/uint4 per_group g128 -> int4_group,
 int8 per_tensor -> int8_tensor, fp8_e4m3 per_tensor -> fp8_tensor, OCP MXFP4
 -> mxfp4 g32, FP4 per_group g16 with FP8 E4M3 scale quant -> nvfp4 g16.

@@ -33,8 +33,23 @@ PARAM_SUFFIXES = frozenset({
     "weight", "bias", "weight_scale", "weight_scale_inv", "weight_scale_2", "input_scale",
     "weight_packed", "weight_global_scale", "input_global_scale", "weight_zero_point",
     "weight_g_idx", "weight_shape", "qweight", "qzeros", "scales", "g_idx", "k_scale",
-    "v_scale", "pre_quant_scale",
+    "v_scale", "pre_quant_scale", "input_zero_point", "input_scale_2", "output_scale", "SCB",
+    "weight_format",
 })
+# Written after ``<module>.weight.``: bitsandbytes' 4-bit quant state, quanto's qtensor parts.
+WEIGHT_PARTS = ("absmax", "quant_map", "nested_absmax", "nested_quant_map", "quant_state.bitsandbytes__nf4",
+                "quant_state.bitsandbytes__fp4", "_data", "_data._data", "_scale", "_shift")
+
+
+def _module_of(key: str) -> str:
+    """The module a producer's tensor belongs to (its name minus the parameter part)."""
+    for part in WEIGHT_PARTS:
+        if key.endswith(".weight." + part):
+            return key.removesuffix(".weight." + part)
+    stem, _, suffix = key.rpartition(".")
+    if suffix in PARAM_SUFFIXES or suffix.startswith("_weight_"):  # torchao: <module>._weight_qdata
+        return stem
+    return key
 
 
 def _expected(name: str) -> dict[str, Any]:
@@ -82,8 +97,7 @@ def test_fixture_is_valid_safetensors(name: str) -> None:
             for key in st.keys():  # noqa: SIM118 - safe_open is not a Mapping
                 sl = st.get_slice(key)
                 assert sl.get_dtype(), key
-                stem, _, suffix = key.rpartition(".")
-                modules.add(stem if suffix in PARAM_SUFFIXES else key)
+                modules.add(_module_of(key))
     assert modules == set(_expected(name)["modules"])
 
 

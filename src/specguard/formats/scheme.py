@@ -24,6 +24,9 @@ MXFP8 = "mxfp8"
 INT4_GROUP = "int4_group"
 INT8_GROUP = "int8_group"
 INT8_CHANNEL = "int8_channel"
+INT8_TENSOR = "int8_tensor"
+NF4 = "nf4"  # bitsandbytes NormalFloat4, blockwise absmax
+FP4 = "fp4"  # bitsandbytes FP4 (E2M1 codebook), blockwise absmax
 FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
 PLAIN_OTHER = "plain"  # a non-float standalone tensor (ids, masks)
 MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
@@ -33,7 +36,7 @@ AMBIGUOUS = "ambiguous"
 UNQUANTIZED = frozenset({BF16, FP16, FP32, PLAIN_OTHER})
 FORMATS = (
     BF16, FP16, FP32, FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4, MXFP8,
-    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, FP8_KV, PLAIN_OTHER, MIXED, UNKNOWN, AMBIGUOUS,
+    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, INT8_TENSOR, NF4, FP4, FP8_KV, PLAIN_OTHER, MIXED, UNKNOWN, AMBIGUOUS,
 )
 
 # Conventions: who wrote the tensors, which decides names and scale meaning.
@@ -43,6 +46,10 @@ DEEPSEEK = "deepseek"  # bare `.scale` (V4 native) or weight_scale_inv (V3)
 GPT_OSS = "gpt-oss"  # *_blocks / *_scales
 GPTQ = "gptq"
 AWQ = "awq"
+BITSANDBYTES = "bitsandbytes"  # weight.absmax/quant_map/quant_state.* (4-bit), SCB (int8)
+QUANTO = "quanto"  # weight._data[._data]/weight._scale/weight._shift
+TORCHAO = "torchao"  # _weight_qdata/_weight_scale/_weight_zero_point
+QUARK = "quark"  # AMD Quark: weight/weight_scale/weight_zero_point, input_scale_2
 PLAIN = "plain"  # unquantized
 
 
@@ -57,6 +64,7 @@ class Scheme:
     scale_dtype: str | None = None  # safetensors dtype of the block/group scale
     weight_dtype: str | None = None  # safetensors dtype of the stored weight
     pack_axis: int | None = None  # int group formats: axis the ints are packed along
+    zero_points: bool | None = None  # True: zero points stored beside the scales (asymmetric capable)
     reason: str | None = None  # why unknown/ambiguous, or a note
 
     @property
