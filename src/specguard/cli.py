@@ -1,7 +1,9 @@
-"""The `specguard` command: parses arguments, calls the stages, prints.
+"""The `specguard` command: parses arguments, hands each command to its
+handler in ``commands/``.
 
-Bad input never produces a traceback: one line on stderr and exit code 2
-(``--debug`` shows the traceback).
+Bad input or bad usage (a SpecguardError) is one line on stderr and exit code 2
+(``--debug`` shows the traceback); any other exception is a bug in specguard
+and shows as one.
 """
 
 from __future__ import annotations
@@ -10,14 +12,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from specguard.checkpoint.errors import CheckpointError
-from specguard.layouts.registry import LayoutError
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.errors import SpecguardError, UsageError
+from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail
 
-EXIT_BAD_INPUT = 2
-
-
-class UsageError(Exception):
-    """A command-line mistake: reported like bad input, exit 2."""
+PROG = "specguard"
 
 
 def _source_args(p: argparse.ArgumentParser) -> None:
@@ -30,25 +29,25 @@ def _source_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from specguard.report.inspect import run_inspect
+    from specguard.commands.inspect import run_inspect
 
     return run_inspect(args)
 
 
 def _cmd_route(args: argparse.Namespace) -> int:
-    from specguard.report.route import run_route
+    from specguard.commands.route import run_route
 
     return run_route(args)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from specguard.report.lint import run_lint
+    from specguard.commands.lint import run_lint
 
     return run_lint(args)
 
 
 def _cmd_rule(args: argparse.Namespace) -> int:
-    from specguard.report.lint import run_rule
+    from specguard.commands.rule import run_rule
 
     return run_rule(args)
 
@@ -59,9 +58,8 @@ def _demo(argv: list[str]) -> int:
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise
-        print("specguard: error: `specguard demo` needs torch: pip install 'specguard[torch]' "
-              "(or `pip install torch==2.13.0` for the CPU build)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(PROG, "`specguard demo` needs torch: pip install 'specguard[torch]' "
+                          "(or `pip install torch==2.13.0` for the CPU build)")
     return demo_main(argv)
 
 
@@ -76,8 +74,8 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="specguard",
+    parser = ArgumentParser(
+        prog=PROG,
         description="Read what a quantized checkpoint stores, module by module, and check it against its config.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -89,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensors", action="store_true", help="with --json: one record per tensor")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("route", help="each runtime module to the scheme it is stored in, next to vLLM 0.33's choice")
+    p = sub.add_parser("route", help=f"each runtime module to the scheme it is stored in, next to {ENGINE}'s choice")
     _source_args(p)
     p.add_argument("--draft", metavar="SRC2",
                    help="separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
@@ -128,20 +126,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return PASSTHROUGH[argv[0]](argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return fail(PROG, e)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
         return func(args)
-    except (CheckpointError, UsageError, LayoutError) as e:
+    except SpecguardError as e:  # bad input or usage; anything else is a bug and shows as one
         if args.debug:
             raise
-        print(f"specguard: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(PROG, e)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `specguard inspect --json | head`
         sys.stderr.close()
         return 0

@@ -19,8 +19,10 @@ from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
-from specguard.declared import FNMATCHCASE, ConfigError, DeclaredScheme, parse_declared
-from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
+from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.engines import EngineChoice
+from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
+from specguard.errors import ConfigError, LayoutError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
@@ -46,7 +48,7 @@ class Route:
     stored: Scheme | None  # None: nothing on disk behind this prefix
     declared: DeclaredScheme | None  # the config's claim for the runtime prefix
     build: Scheme | None  # what specguard routes it to: the stored scheme
-    vllm: EngineChoice | None  # what vLLM 0.33 builds, and the rule that decided
+    vllm: EngineChoice | None  # what the modelled engine (vLLM 0.33) builds, and the rule that decided
     checkpoint_names: tuple[str, ...]  # checkpoint module names behind the prefix
     verdict: str
     reason: str
@@ -76,7 +78,7 @@ class Resolver:
                 dict(self.config), draft_method=draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
-        except ValueError as e:  # LayoutError, or counts no model has
+        except LayoutError as e:  # too little said, or counts no model has
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
             raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
@@ -198,7 +200,7 @@ class Resolver:
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
-        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched)
+        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
         return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
 
@@ -260,16 +262,16 @@ def same_build(stored: Scheme | None, built: Scheme | None) -> bool:
 
 
 def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice, missing: tuple[str, ...],
-             unmatched: tuple[str, ...]) -> tuple[str, str]:
+             unmatched: tuple[str, ...], *, engine: str) -> tuple[str, str]:
     if stored is None:
         return MISSING, "nothing stored"
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
     if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
-        return OK, f"stored {stored.short()}; what vLLM 0.33 builds ({vllm.method}) is not modelled: {vllm.reason}"
+        return OK, f"stored {stored.short()}; what {engine} builds ({vllm.method}) is not modelled: {vllm.reason}"
     if not same_build(stored, vllm.scheme):
-        return MISROUTED, f"stored {stored.short()}, vLLM 0.33 builds {vllm.method} ({vllm.reason}){pattern_note}"
+        return MISROUTED, f"stored {stored.short()}, {engine} builds {vllm.method} ({vllm.reason}){pattern_note}"
     if missing:
         return MISSING, f"stored {stored.format} lacks {', '.join(missing)}"
     if unmatched:

@@ -7,7 +7,7 @@ import pytest
 from specguard.lint import lint
 from tests.conftest import resolvers_for
 
-# SCENARIOS.md's right answers, as rule codes.
+# docs/scenarios.md's right answers, as rule codes.
 EXPECTED = {
     "s1": {"SG101", "SG201", "SG202"},
     "s1-dspark": {"SG101", "SG201", "SG202"},

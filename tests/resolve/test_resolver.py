@@ -1,4 +1,4 @@
-"""Resolver on the factory's scenarios: the right answer of SCENARIOS.md per module."""
+"""Resolver on the factory's scenarios: the right answer of docs/scenarios.md per module."""
 
 from __future__ import annotations
 

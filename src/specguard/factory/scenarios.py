@@ -1,4 +1,4 @@
-"""The scenarios of shared/SCENARIOS.md as data: family, draft, storage per module, configs.
+"""The scenarios of docs/scenarios.md as data: family, draft, storage per module, configs.
 
 Each storage function answers "how does this publisher store this module";
 the configs are what that publisher writes into config.json (and

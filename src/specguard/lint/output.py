@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from specguard import __version__
+from specguard._version import __version__
 from specguard.lint.finding import ERROR, INFO, WARNING, Finding
 from specguard.lint.registry import RULES, rule_doc
 

@@ -1,4 +1,4 @@
-"""`specguard route`: one row per runtime module, what to build and whether vLLM 0.33 gets it right."""
+"""`specguard route`: one row per runtime module, what to build and whether the modelled engine gets it right."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from specguard.report.inspect import console, write_json
-from specguard.report.runs import group_runs
-from specguard.report.sources import open_path, role_label
+from specguard.commands.output import console, write_json
+from specguard.commands.sources import open_path
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.layouts.roles import role_label
+from specguard.layouts.runs import group_runs
 from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route
 
 _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow"}
@@ -79,7 +81,7 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
     shown = [rt for rt in routes if show_ok or rt.verdict != OK or rt.role.is_draft]
     t = Table(title=f"{title} — {len(routes)} runtime modules", title_justify="left")
     t.add_column("runtime prefix", no_wrap=True)
-    for col in ("role", "stored as", "declared as", "vLLM 0.33 builds", "verdict"):
+    for col in ("role", "stored as", "declared as", f"{ENGINE} builds", "verdict"):
         t.add_column(col)
     for run in group_runs((rt.prefix, key(rt), rt) for rt in shown):
         role, stored, declared, vllm, verdict = run.key  # type: ignore[misc]

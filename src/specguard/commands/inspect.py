@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections import Counter
 from collections.abc import Mapping
 
@@ -12,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.checkpoint.source import Checkpoint
+from specguard.commands.output import console, human_bytes, write_json
+from specguard.commands.sources import module_roles, open_source
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
-from specguard.report.runs import group_runs
-from specguard.report.sources import module_roles, open_source, role_label
-
-JSON_SCHEMA_VERSION = 1
+from specguard.layouts.roles import role_label
+from specguard.layouts.runs import group_runs
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -30,19 +28,6 @@ def run_inspect(args: argparse.Namespace) -> int:
         return 0
     render(table, roles, console())
     return 0
-
-
-def write_json(checkpoint: str, records: list[dict]) -> None:
-    """Valid JSON with one record per line: greppable and diffable."""
-    head = json.dumps({"schema": JSON_SCHEMA_VERSION, "checkpoint": checkpoint})[:-1]
-    sys.stdout.write(head + ', "records": [\n')
-    sys.stdout.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
-    sys.stdout.write("\n]}\n")
-
-
-def console() -> Console:
-    """Full-width rows when piped (README, CI logs) instead of rich's 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
@@ -130,11 +115,3 @@ def _role_order(label: str) -> tuple[int, str]:
     order = ("main", "draft", "embedding", "head")
     first = label.split(" ")[0]
     return (order.index(first) if first in order else len(order), label)
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
