@@ -54,6 +54,7 @@ from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, 
 from specguard.declared.model import NATIVE, TARGET, UNQUANTIZED, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
 from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
+from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.declared.patterns import (
     FusedShardMismatch,
     modelopt_is_excluded,
@@ -62,8 +63,11 @@ from specguard.declared.patterns import (
     vllm_is_layer_skipped,
 )
 from specguard.engines import EngineChoice
+from specguard.engines.vllm.startup import Refusal
+from specguard.engines.vllm.startup import refusals as startup_refusals
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
+from specguard.formats.table import Module
 from specguard.layouts import Layout, layout_for
 from specguard.layouts import roles as r
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, is_deepseek_v41, text_config
@@ -160,6 +164,7 @@ class Vllm033:
         # An EAGLE drafter is a checkpoint of its own; the target's layout decides
         # which prefixes belong to the draft (layer index >= N).
         self.layout: Layout = layout_for(config, draft_method=None if self.draft_kind == r.EAGLE else draft_method)
+        self.hf_quant_config = hf_quant_config
         self.declared = parse_declared(config, hf_quant_config)
         self.draft_declared = (
             parse_declared(draft_config, draft_hf_quant_config) if draft_config is not None else self.declared
@@ -212,6 +217,12 @@ class Vllm033:
         the VL wrapper, has no class-level mapper) or non-V4 models."""
         return model not in (DSPARK_MODEL, EAGLE_MODEL) and self.model_type in DEEPSEEK_V4_TYPES and not self.v41
 
+    # -- start-up -----------------------------------------------------------------
+
+    def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        """Why vLLM 0.33 will not start on this checkpoint (engines/vllm/startup.py); empty if it starts."""
+        return startup_refusals(self.config, self.hf_quant_config, modules, self.layout)
+
     # -- the routing ------------------------------------------------------------
 
     def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
@@ -250,6 +261,8 @@ class Vllm033:
                 return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
                                     "mxfp4.py Mxfp4Config.get_quant_method: every RoutedExperts", cls)
             return self._plain(d, cls, "UnquantizedLinearMethod", "mxfp4.py: linears stay unquantized")
+        if isinstance(d, QuarkDeclared):
+            return self._quark(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
             claim = d.scheme_for(runtime_prefix, kind=kind)
             method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
@@ -306,6 +319,34 @@ class Vllm033:
         ignored = self.ignored_layers(model)
         hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
         return hit, f"ignored_layers as vLLM holds them for the {model} model: {list(ignored)}"
+
+    def _quark(self, d: QuarkDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """quark/quark.py ``QuarkConfig.get_quant_method`` / ``get_quant_method_target``:
+        ``should_ignore_layer`` over the merged layer's shards, then the shards' layer
+        config (``_find_matched_config``), whose weight spec picks the scheme."""
+        if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
+            return self._plain(d, cls, "None", "QuarkConfig.get_quant_method: not a LinearBase/RoutedExperts")
+        leaf = prefix.rsplit(".", 1)[-1]
+        shards = [prefix.replace(leaf, sh) for sh in self._packed(model).get(leaf, ())] or [prefix]
+        unquant = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+        direct = d.excluded(prefix, kind)
+        hits = [direct] if direct else [d.excluded(sh, kind) for sh in shards]
+        if any(hits) and not all(hits):
+            return EngineChoice(Scheme(s.UNKNOWN, reason="shards excluded differently"), "ValueError",
+                                f"quark/utils.py should_ignore_layer raises for {prefix}: some shards excluded", cls)
+        if hits[0] is not None:
+            return self._plain(d, cls, unquant, f"should_ignore_layer: {hits[0]}")
+        found = [d.config_for(sh) for sh in shards]
+        if any(c != found[0][0] for c, _ in found):
+            return EngineChoice(Scheme(s.UNKNOWN, reason="shards configured differently"), "ValueError",
+                                f"quark.py _find_matched_config raises for {prefix}: shards differ", cls)
+        cfg, source = found[0]
+        scheme = quark_scheme(cfg)
+        if kind == r.ROUTED_EXPERTS:
+            method = _QUARK_MOE.get(scheme.format, "RuntimeError")
+        else:
+            method = "QuarkLinearMethod"
+        return EngineChoice(scheme, method, f"quark.py QuarkConfig.get_quant_method: {source}", cls)
 
     def _fp8(self, d: Fp8Declared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
         # expert_dtype / moe_quant_algo come from the target's hf_config (lazy properties).
@@ -533,7 +574,17 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "mxfp4": f"{_QC}.mxfp4.GptOssMxfp4Config",
         "gptq": f"{_QC}.auto_gptq.AutoGPTQConfig",
         "awq": f"{_QC}.auto_awq.AutoAWQConfig",
+        "quark": f"{_QC}.quark.quark.QuarkConfig",
     }.get(d.stack)
+
+
+# quark/quark_moe.py QuarkMoEMethod.get_moe_method_target: the experts method per weight scheme.
+_QUARK_MOE = {
+    s.INT4_GROUP: "QuarkW4A16Int4MoEMethod", s.FP8_TENSOR: "QuarkW8A8Fp8MoEMethod",
+    s.FP8_CHANNEL: "QuarkW8A8Fp8MoEMethod", s.FP8_BLOCK: "QuarkW8A8Fp8MoEMethod",
+    s.MXFP4: "QuarkOCP_MX_MoEMethod", s.MXFP8: "QuarkW8A8Mxfp8MoEMethod", s.NVFP4: "QuarkNvfp4MoEMethod",
+    s.INT8_TENSOR: "QuarkW8A8Int8MoEMethod", s.INT8_CHANNEL: "QuarkW8A8Int8MoEMethod",
+}
 
 
 __all__ = [

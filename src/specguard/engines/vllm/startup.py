@@ -1,0 +1,136 @@
+"""Where vLLM 0.33 refuses a checkpoint before it serves a token, and why.
+
+Each rule restates one check in vLLM 0.33.0's source (site-packages/vllm):
+
+- ``config/model.py ModelConfig._verify_quantization``: a ``quant_method`` that is
+  neither in ``QUANTIZATION_METHODS`` (model_executor/layers/quantization/__init__.py)
+  nor claimed by an ``override_quantization_method`` raises ``Unknown quantization
+  method``. The only override that claims a name outside the list is INC's
+  (inc/inc.py: ``quant_method == "auto-round"``).
+- ``quantization/modelopt.py ModelOptQuantConfigBase.from_config``: a ``quant_algo``
+  outside ``QUANT_ALGOS`` raises ``ModelOpt currently only supports: ...``.
+- ``models/utils.py AutoWeightsLoader._load_module`` (and every model's own
+  ``load_weights``, through ``params_dict[name]``): a checkpoint tensor with no
+  parameter of that name raises ``There is no module or parameter named ...``.
+  Without a quantization config every layer is unquantized and has only
+  ``weight`` (and ``bias``): the flattened names of bitsandbytes, optimum-quanto
+  and torchao (``weight.absmax``, ``weight._data``, ``_weight_qdata``) have none.
+- ``quantization/torchao.py TorchAOLinearMethod.create_weights``: a serialized
+  torchao checkpoint gets one torchao tensor subclass for a merged layer
+  (``qkv_proj``, ``gate_up_proj``: ``sum(output_partition_sizes)`` rows), and the
+  layer's weight loader copies each stored shard into a narrow of it
+  (``linear.py`` ``weight_loader``); torchao's ``copy_`` (torchao 0.18
+  ``utils.py``) refuses the shard: ``Not supported args for copy_ due to metadata
+  mismatch``. Checked by loading the producer fixtures with vLLM's own loader
+  (tests/data/producers/torchao_*/vllm.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specguard.formats import scheme as s
+from specguard.formats.table import Module
+from specguard.layouts import Layout
+from specguard.layouts import roles as r
+
+# model_executor/layers/quantization/__init__.py QuantizationMethods (the Literal).
+QUANTIZATION_METHODS = frozenset({
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
+    "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
+    "nvfp4_per_token", "mxfp8",
+})
+OVERRIDE_CLAIMED = frozenset({"auto-round"})  # inc/inc.py INCConfig.override_quantization_method
+# quantization/modelopt.py LINEAR_ALGOS + "MIXED_PRECISION" (QUANT_ALGOS).
+MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4", "MXFP8",
+                  "MIXED_PRECISION")
+# Stacks whose stored names no unquantized vLLM layer has as parameters.
+WRAPPED = (s.BITSANDBYTES, s.QUANTO, s.TORCHAO)
+
+CONFIG, LOAD = "start-up", "weight loading"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """vLLM stops at ``stage`` raising ``raises``, because ``because`` (cited from its source);
+    ``names``: the checkpoint modules concerned."""
+
+    stage: str
+    raises: str
+    because: str
+    names: tuple[str, ...] = ()
+
+
+def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None,
+             modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
+    """Every reason vLLM 0.33 will not start on this checkpoint (empty: it starts)."""
+    qc = _quant_config(config, hf_quant_config)
+    method = str(qc.get("quant_method") or "").lower() if qc is not None else ""
+    out: list[Refusal] = []
+    if qc is not None and method and method not in QUANTIZATION_METHODS and method not in OVERRIDE_CLAIMED:
+        out.append(Refusal(
+            CONFIG, f"ValueError: Unknown quantization method: {method}",
+            "config/model.py ModelConfig._verify_quantization: vLLM 0.33 has no quant config for "
+            f"quant_method {method!r}",
+        ))
+        return out  # nothing past the config check runs
+    if qc is not None and method.startswith("modelopt"):
+        algo = _modelopt_algo(qc)
+        if algo and algo not in MODELOPT_ALGOS:
+            out.append(Refusal(
+                CONFIG, f"ValueError: ModelOpt currently only supports: {list(MODELOPT_ALGOS)}",
+                f"quantization/modelopt.py ModelOptQuantConfigBase.from_config: quant_algo {algo!r}",
+            ))
+            return out
+    if qc is None:
+        wrapped = [m for m in modules.values() if m.scheme.convention in WRAPPED]
+        if wrapped:
+            m = wrapped[0]
+            extra = next((t.name for p, t in m.params.items() if p not in ("weight", "bias")), m.name)
+            out.append(Refusal(
+                LOAD, f"ValueError: There is no module or parameter named ... (e.g. {extra!r})",
+                f"no quantization_config in config.json, so every layer is unquantized (weight, bias); "
+                f"{len(wrapped)} module(s) stored {m.scheme.convention} {m.scheme.format} keep their "
+                "quantizer's tensor names (models/utils.py AutoWeightsLoader._load_module)",
+                tuple(w.name for w in wrapped),
+            ))
+    elif method == "torchao":
+        out.extend(_torchao_merged(modules, layout))
+    return out
+
+
+def _quant_config(config: Mapping[str, Any], hf: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+    qc = config.get("quantization_config") or text.get("quantization_config") or config.get("compression_config")
+    if isinstance(qc, Mapping):
+        return qc
+    if hf and isinstance(hf, Mapping):
+        return {"quant_method": "modelopt", **hf}
+    return None
+
+
+def _modelopt_algo(qc: Mapping[str, Any]) -> str:
+    inner = qc.get("quantization")
+    algo = inner.get("quant_algo") if isinstance(inner, Mapping) else qc.get("quant_algo")
+    return str(algo or "").upper()
+
+
+def _torchao_merged(modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
+    """Shards of one merged vLLM layer stored as separate torchao tensors."""
+    groups = layout.group_by_runtime_prefix(modules)
+    for prefix, names in groups.items():
+        stored = [modules[n] for n in names if modules[n].scheme.convention == s.TORCHAO]
+        if len(stored) > 1 and layout.module_kind(names[0]) == r.LINEAR:
+            return [Refusal(
+                LOAD, "ValueError: Not supported args for copy_ due to metadata mismatch",
+                f"{prefix} is one merged layer in vLLM: TorchAOLinearMethod.create_weights makes one "
+                f"torchao tensor for it and the weight loader copies each of the {len(stored)} stored "
+                "shards into a slice of it, which torchao's copy_ refuses (quantization/torchao.py; "
+                "checked with torchao 0.18)",
+                tuple(m.name for m in stored),
+            )]
+    return []
