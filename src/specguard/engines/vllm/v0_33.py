@@ -54,7 +54,6 @@ from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, 
 from specguard.declared.model import NATIVE, TARGET, UNQUANTIZED, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
 from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
-from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.declared.patterns import (
     FusedShardMismatch,
     modelopt_is_excluded,
@@ -62,6 +61,7 @@ from specguard.declared.patterns import (
     regex_match,
     vllm_is_layer_skipped,
 )
+from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.startup import Refusal
 from specguard.engines.vllm.startup import refusals as startup_refusals
@@ -342,10 +342,7 @@ class Vllm033:
                                 f"quark.py _find_matched_config raises for {prefix}: shards differ", cls)
         cfg, source = found[0]
         scheme = quark_scheme(cfg)
-        if kind == r.ROUTED_EXPERTS:
-            method = _QUARK_MOE.get(scheme.format, "RuntimeError")
-        else:
-            method = "QuarkLinearMethod"
+        method = _QUARK_MOE.get(scheme.format, "RuntimeError") if kind == r.ROUTED_EXPERTS else "QuarkLinearMethod"
         return EngineChoice(scheme, method, f"quark.py QuarkConfig.get_quant_method: {source}", cls)
 
     def _fp8(self, d: Fp8Declared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
