@@ -88,7 +88,9 @@ class Resolver:
             raise CheckpointError(f"{checkpoint.name} [config.json]", str(e)) from e
         self.platform = platform
         if target is None:
-            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)
+            dtypes = {n: t.dtype for n, t in checkpoint.tensors.items()}  # GPTQ/AWQ maybe_update_config
+            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
+                                tensor_dtypes=dtypes)
             self._vllm_model: str | None = None
         else:
             t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None

@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from specguard.declared import parse_declared
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared
 from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
-from specguard.declared.model import NATIVE, TARGET, UNQUANTIZED, Declared
+from specguard.declared.model import GPTQ_IN_BLOCK, NATIVE, TARGET, UNQUANTIZED, VLLM_SUBSTRING, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
 from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
 from specguard.declared.patterns import (
@@ -63,6 +64,7 @@ from specguard.declared.patterns import (
 )
 from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.engines import EngineChoice
+from specguard.engines.vllm import int_group as ig
 from specguard.engines.vllm.startup import Refusal
 from specguard.engines.vllm.startup import refusals as startup_refusals
 from specguard.formats import scheme as s
@@ -154,7 +156,10 @@ class Vllm033:
         draft_method: str | None = None,
         draft_config: Mapping[str, Any] | None = None,
         draft_hf_quant_config: Mapping[str, Any] | None = None,
+        tensor_dtypes: Mapping[str, str] | None = None,
     ) -> None:
+        """``tensor_dtypes`` (tensor name -> safetensors dtype): what vLLM's GPTQ/AWQ
+        ``maybe_update_config`` reads when the config names no module list."""
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
         self.platform = platform
@@ -165,6 +170,7 @@ class Vllm033:
         # which prefixes belong to the draft (layer index >= N).
         self.layout: Layout = layout_for(config, draft_method=None if self.draft_kind == r.EAGLE else draft_method)
         self.hf_quant_config = hf_quant_config
+        self.tensor_dtypes = tensor_dtypes
         self.declared = parse_declared(config, hf_quant_config)
         self.draft_declared = (
             parse_declared(draft_config, draft_hf_quant_config) if draft_config is not None else self.declared
@@ -264,10 +270,7 @@ class Vllm033:
         if isinstance(d, QuarkDeclared):
             return self._quark(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
-            claim = d.scheme_for(runtime_prefix, kind=kind)
-            method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
-            return EngineChoice(claim.scheme, method if claim.quantized else "UnquantizedLinearMethod",
-                                f"{d.stack}: {claim.source}", cls)
+            return self._int_group(d, cls, runtime_prefix, kind, model)
         return self._plain(d, cls, "UnquantizedLinearMethod", "no quantization config")
 
     # -- helpers ----------------------------------------------------------------
@@ -290,7 +293,8 @@ class Vllm033:
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
         parent, _, leaf = prefix.rpartition(".")
-        if leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe"):
+        if (leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe")
+                and self.model_type not in GATE_WITH_QUANT_CONFIG):
             return True  # MoE routers: GateLinear(quant_config=None) in deepseek_v2.py / deepseek_v4
         if kind == r.HEAD_KIND and prefix == "lm_head" and family == "deepseek_v4":
             return True  # nvidia/model.py and dspark.py build ParallelLMHead without quant_config
@@ -319,6 +323,34 @@ class Vllm033:
         ignored = self.ignored_layers(model)
         hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
         return hit, f"ignored_layers as vLLM holds them for the {model} model: {list(ignored)}"
+
+    def _int_group(self, d: IntGroupDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """GPTQ / AWQ (engines/vllm/int_group.py): the module lists as vLLM holds them
+        (derived from the weights' dtypes when the config gives none), merged layers
+        expanded to their shards; the rest of the claim (bits, group, dynamic, lm_head)
+        is the config's."""
+        method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
+        rest = replace(d, patterns=tuple(x for x in d.patterns if x.semantics not in (GPTQ_IN_BLOCK, VLLM_SUBSTRING)))
+        own = [x.text for x in d.patterns if x.semantics in (GPTQ_IN_BLOCK, VLLM_SUBSTRING)]
+        source = f"{d.stack}: the config's list"
+        if not own and self.tensor_dtypes is not None and model == TARGET_MODEL:
+            quant, plain = ig.modules_by_dtype(self.tensor_dtypes)
+            own = quant if d.stack == s.GPTQ else plain
+            source = f"{d.stack}: maybe_update_config derives the list from the weights' dtypes"
+        packed = self._packed(model) if kind == r.LINEAR else {}
+        if kind in (r.LINEAR, r.ROUTED_EXPERTS) or (kind == r.HEAD_KIND and d.lm_head):
+            try:
+                if d.stack == s.GPTQ:
+                    skipped = kind != r.ROUTED_EXPERTS and not ig.gptq_quantized(prefix, own, packed)
+                else:
+                    skipped = ig.awq_skipped(prefix, own, packed)
+            except ig.ShardsDisagree as exc:
+                return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", str(exc), cls)
+            if skipped:
+                return self._plain(d, cls, "UnquantizedLinearMethod", f"{source}: {prefix} is not quantized")
+        claim = rest.scheme_for(prefix, kind=kind)
+        return EngineChoice(claim.scheme, method if claim.quantized else "UnquantizedLinearMethod",
+                            f"{d.stack}: {claim.source}", cls)
 
     def _quark(self, d: QuarkDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
         """quark/quark.py ``QuarkConfig.get_quant_method`` / ``get_quant_method_target``:
@@ -574,6 +606,10 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "quark": f"{_QC}.quark.quark.QuarkConfig",
     }.get(d.stack)
 
+
+# Model classes whose router is built with the model's quant_config (qwen3_moe.py
+# Qwen3MoeSparseMoeBlock, lfm2_moe.py, k2_horizon.py: ``GateLinear(..., quant_config=quant_config)``).
+GATE_WITH_QUANT_CONFIG = frozenset({"qwen3_moe", "lfm2_moe", "k2_horizon"})
 
 # quark/quark_moe.py QuarkMoEMethod.get_moe_method_target: the experts method per weight scheme.
 _QUARK_MOE = {
