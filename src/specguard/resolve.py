@@ -176,8 +176,8 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _stored(self, mods: list[Module]) -> tuple[Scheme | None, Sniff | None]:
-        settled = [settle(self.checkpoint, m) for m in mods]
+    def _stored(self, mods: list[Module], claim: Scheme | None = None) -> tuple[Scheme | None, Sniff | None]:
+        settled = [settle(self.checkpoint, m, claim) for m in mods]
         schemes = [sc for sc, _ in settled]
         sniff = next((sn for _, sn in settled if sn is not None), None)
         formats = {sc.format for sc in schemes}
@@ -193,8 +193,8 @@ class Resolver:
             return self._absent(prefix)
         first = names[0]
         role, kind = self.layout.role(first), self.layout.module_kind(first)
-        stored, sniff = self._stored(mods)
         declared = self.declared_config.scheme_for(prefix, kind=kind)
+        stored, sniff = self._stored(mods, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)

@@ -223,21 +223,29 @@ def _compressed_packed(params: Params) -> Classified:
 
 
 def _pack_quantized(wp: TensorInfo, sc: TensorInfo) -> Classified:
-    """Ints packed 32/bits per I32 along the input dim. The bit width lives in
-    ``weight_shape``'s bytes, which a header pass does not read: take the width
-    whose group size comes out a power of two, preferring 4 bits."""
+    """Ints packed 32/bits per I32 along the input dim. The bit width lives in the
+    config and in ``weight_shape``'s bytes, not in the header: every width whose
+    group size comes out a power of two is a candidate, and more than one makes
+    the module ``ambiguous`` until settle.py reads ``weight_shape`` (or the claim)."""
     cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
+    found: list[Scheme] = []
     for bits, fmt in ((4, s.INT4_GROUP), (8, s.INT8_GROUP)):
         inp = wp.shape[-1] * 32 // bits
         group = _ratio(inp, cols)
         if group and group & (group - 1) == 0:
-            # One scale column: a single group spanning the row (in_features == group size).
-            fmt = s.INT8_CHANNEL if bits == 8 and cols == 1 else fmt
-            return Classified(Scheme(
-                fmt, s.COMPRESSED_TENSORS, group_size=None if fmt == s.INT8_CHANNEL else group,
-                scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
-            ))
-    return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
+            kw = dict(scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1)
+            if bits == 8 and cols == 1:  # one scale per row: per channel, or one group spanning the row
+                found.append(Scheme(s.INT8_CHANNEL, s.COMPRESSED_TENSORS, **kw))  # type: ignore[arg-type]
+            found.append(Scheme(fmt, s.COMPRESSED_TENSORS, group_size=group, **kw))  # type: ignore[arg-type]
+    if not found:
+        return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
+    if len(found) == 1 or {c.format for c in found} == {s.INT8_CHANNEL, s.INT8_GROUP}:
+        return Classified(found[0])
+    fits = " or ".join(c.short() for c in found)
+    return Classified(Scheme(
+        s.AMBIGUOUS, s.COMPRESSED_TENSORS, scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
+        candidates=tuple(found), reason=f"the bit width is in weight_shape's bytes: {fits}",
+    ))
 
 
 def _gptq_or_awq(params: Params) -> Classified:

@@ -65,6 +65,7 @@ class Scheme:
     weight_dtype: str | None = None  # safetensors dtype of the stored weight
     pack_axis: int | None = None  # int group formats: axis the ints are packed along
     zero_points: bool | None = None  # True: zero points stored beside the scales (asymmetric capable)
+    candidates: tuple[Scheme, ...] = ()  # ambiguous: the schemes the header fits (settle.py picks one)
     reason: str | None = None  # why unknown/ambiguous, or a note
 
     @property
