@@ -108,14 +108,13 @@ def test_w8a16_vllm_builds_8_bit_wna16(w8a16):
 def awq_no_list(tmp_path: Path) -> Path:
     """ar_w4g128_awq with no modules_to_not_convert and layer 1's o_proj left BF16
     (GPTQModel writes no list and leaves modules it skipped in BF16)."""
-    from specguard import codecs
+    from specguard.codecs import families
 
     d = _copy("ar_w4g128_awq", tmp_path / "awq")
     ts = load_file(d / "model.safetensors")
     m = "model.layers.1.self_attn.o_proj"
     parts = {k: ts.pop(f"{m}.{k}") for k in ("qweight", "qzeros", "scales")}
-    w = codecs.dequantize(s.INT4_GROUP, parts, convention=s.AWQ, group_size=128)
-    ts[f"{m}.weight"] = np.asarray(w, dtype=np.float32).astype(ts["lm_head.weight"].dtype)
+    ts[f"{m}.weight"] = families.awq_int4(parts).astype(np.float16)
     save_file(ts, d / "model.safetensors")
     _edit_config(d, lambda qc: qc.pop("modules_to_not_convert"))
     return d
