@@ -22,13 +22,13 @@ from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
-from specguard.errors import ConfigError, LayoutError
+from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
-from specguard.layouts import Layout, Role, layout_for
+from specguard.layouts import Layout, Role, layer_index, layout_for
 
 OK = "ok"
 MISROUTED = "misrouted"
@@ -159,7 +159,12 @@ class Resolver:
         return self.route(prefix).declared
 
     def route(self, prefix: str) -> Route:
-        c = self.canonical(prefix) or prefix
+        """The route of one runtime module: a runtime prefix in any root spelling, or a
+        checkpoint-style name (``mtp.0.ffn.experts``) that names exactly one runtime module.
+
+        A layer the model has but the disk lacks routes ``missing``; a prefix the
+        model does not have raises UnknownPrefixError (a UsageError)."""
+        c = self.canonical(prefix) or self._from_checkpoint_name(prefix) or self._in_model(prefix)
         hit = self._routes.get(c)
         if hit is None:
             with self._route_lock:
@@ -167,6 +172,27 @@ class Resolver:
                 if hit is None:
                     hit = self._routes[c] = self._make_route(c)
         return hit
+
+    def _from_checkpoint_name(self, name: str) -> str | None:
+        """The runtime prefix whose checkpoint modules ``name`` names (all of them, or a prefix of theirs)."""
+        name = name.rstrip(".")
+        hits = [p for p, names in self._groups.items()
+                if any(n == name or n.startswith(name + ".") for n in names)]
+        if len(hits) > 1:
+            shown = ", ".join(hits[:6]) + (f" (+{len(hits) - 6} more)" if len(hits) > 6 else "")
+            raise UnknownPrefixError(f"{name!r} names {len(hits)} runtime modules ({shown}); route one of them")
+        return hits[0] if hits else None
+
+    def _in_model(self, prefix: str) -> str:
+        """``prefix`` itself when it is a layer the model has (nothing stored: ``missing``), else an error."""
+        index = layer_index(prefix)
+        n, drafts = self.layout.num_hidden_layers, list(self.layout.draft_layers)
+        if index is not None and (index < n or index in drafts):
+            return prefix
+        where = f"layers 0-{n - 1}" + (f", draft layer(s) {', '.join(map(str, drafts))}" if drafts else "")
+        raise UnknownPrefixError(
+            f"{prefix!r} is not a module of {self.checkpoint.name} ({where}); "
+            f"`specguard route --all` lists its runtime prefixes")
 
     def routes(self) -> list[Route]:
         """A route per runtime module on disk, plus draft layers the config promises but the disk lacks."""
@@ -236,6 +262,10 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+class UnknownPrefixError(UsageError):
+    """A prefix that names no module of the model (Resolver.route)."""
 
 
 ROOTS = ("language_model.model.", "language_model.", "model.")

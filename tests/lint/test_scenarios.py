@@ -20,7 +20,6 @@ EXPECTED = {
     "s6": set(),
     "s7": {"SG301"},
     "s8": set(),
-    "s8-bf16": set(),
     "s8-nvfp4": set(),
 }
 NVFP4_PER_TENSOR = ["w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"]

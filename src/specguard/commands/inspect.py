@@ -10,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.checkpoint.source import Checkpoint
-from specguard.commands.output import console, human_bytes, write_json
+from specguard.commands.output import human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
+from specguard.terminal import console, escape, print_table
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -26,8 +27,22 @@ def run_inspect(args: argparse.Namespace) -> int:
         records = tensor_records(table) if args.tensors else module_records(table, roles)
         write_json(ckpt.name, records)
         return 0
+    if args.tensors:
+        render_tensors(table, console())
+        return 0
     render(table, roles, console())
     return 0
+
+
+def render_tensors(table: ModuleTable, out: Console) -> None:
+    """``--tensors``: one row per tensor, with the module and format it belongs to."""
+    t = Table(title=f"{escape(table.checkpoint.name)} — tensors", title_justify="left")
+    for col in ("tensor", "dtype", "shape", "module", "format", "file"):
+        t.add_column(col)
+    for r in tensor_records(table):
+        t.add_row(*(escape(str(c)) for c in (r["tensor"], r["dtype"], "×".join(map(str, r["shape"])) or "scalar",
+                                             r["module"], r["format"], r["file"])))
+    print_table(out, t)
 
 
 def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
@@ -72,7 +87,8 @@ def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
 def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> None:
     ckpt: Checkpoint = table.checkpoint
     runs = group_runs((m.name, _row_key(m, role_label(roles[m.name])), m) for m in table)
-    t = Table(title=f"{ckpt.name} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)", title_justify="left")
+    t = Table(title=f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)",
+              title_justify="left")
     t.add_column("modules")
     t.add_column("stored as")
     t.add_column("role")
@@ -80,15 +96,17 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> N
     t.add_column("size", justify="right")
     for run in runs:
         label, role, missing = run.key  # type: ignore[misc]
+        label = escape(label)
         mods: list[Module] = run.items  # type: ignore[assignment]
         if missing:
-            label += f" [red]missing {','.join(missing)}[/]"
+            label += f" [red]missing {escape(','.join(missing))}[/]"
         reason = mods[0].scheme.reason
         if reason and mods[0].scheme.format in ("unknown", "ambiguous"):
-            label += f" [yellow]({reason})[/]"
-        t.add_row(run.label(), label, role, str(len(mods)), human_bytes(sum(m.nbytes for m in mods)))
-    console.print(t)
-    console.print(_totals(table, roles))
+            label += f" [yellow]({escape(reason)})[/]"
+        t.add_row(escape(run.label()), label, escape(role), str(len(mods)),
+                  human_bytes(sum(m.nbytes for m in mods)))
+    print_table(console, t)
+    print_table(console, _totals(table, roles))
 
 
 def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
@@ -102,12 +120,12 @@ def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
         sizes[key] += m.nbytes
     role_names = sorted({r for _, r in counts}, key=_role_order)
     for r in role_names:
-        t.add_column(r, justify="right")
+        t.add_column(escape(r), justify="right")
     for fmt in sorted({f for f, _ in counts}):
         cells = [
             f"{counts[(fmt, r)]} · {human_bytes(sizes[(fmt, r)])}" if counts[(fmt, r)] else "" for r in role_names
         ]
-        t.add_row(fmt, *cells)
+        t.add_row(escape(fmt), *cells)
     return t
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specguard.commands.output import console
 from specguard.commands.route import resolvers
 from specguard.errors import UsageError
 from specguard.lint import lint, severity_rank
 from specguard.lint import output as out
 from specguard.lint.registry import unknown_codes
+from specguard.terminal import console
 
 
 def _codes(text: str | None) -> list[str] | None:

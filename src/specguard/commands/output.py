@@ -1,11 +1,9 @@
-"""Output shared by the commands: the console, JSON records, byte sizes."""
+"""Output shared by the commands: JSON records, byte sizes (the console: ``specguard.terminal``)."""
 
 from __future__ import annotations
 
 import json
 import sys
-
-from rich.console import Console
 
 JSON_SCHEMA_VERSION = 1
 
@@ -16,11 +14,6 @@ def write_json(checkpoint: str, records: list[dict]) -> None:
     sys.stdout.write(head + ', "records": [\n')
     sys.stdout.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
     sys.stdout.write("\n]}\n")
-
-
-def console() -> Console:
-    """Full-width rows when piped (README, CI logs) instead of rich's 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def human_bytes(n: int) -> str:

@@ -76,7 +76,8 @@ def layout_for(
     model_type = model_type_of(config)
     if kind == r.EAGLE:
         if target_config is None:
-            raise LayoutError("an EAGLE drafter's layout needs the target's config (target_config=)")
+            raise LayoutError("an EAGLE drafter is a separate checkpoint routed beside its target: "
+                              "pass the target's config (on the command line: --draft SRC)")
         n_target = _int(text_config(target_config), "num_hidden_layers")
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
