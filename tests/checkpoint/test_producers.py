@@ -122,3 +122,17 @@ def test_every_module_classified_as_the_recipe_says(name: str) -> None:
         if why:
             wrong[module] = why
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in sorted(wrong.items()))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_inspect_shows_no_unknown_or_ambiguous(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `specguard inspect` prints for every real-tool checkpoint: every module named."""
+    from specguard.cli import main
+
+    assert main(["inspect", str(DATA / name), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    records = out["records"]
+    formats = {r["module"]: r["format"] for r in records}
+    assert set(formats) == set(_expected(name)["modules"])
+    bad = {m: f for m, f in formats.items() if f in ("unknown", "ambiguous")}
+    assert not bad, bad
