@@ -15,6 +15,14 @@ Each rule restates one check in vLLM 0.33.0's source (site-packages/vllm):
   Without a quantization config every layer is unquantized and has only
   ``weight`` (and ``bias``): the flattened names of bitsandbytes, optimum-quanto
   and torchao (``weight.absmax``, ``weight._data``, ``_weight_qdata``) have none.
+- ``quantization/fp8.py Fp8Config.from_config``: ``activation_scheme`` is read
+  without a default; ``__init__`` rejects other schemes, and block FP8 with a
+  static one.
+- ``quantization/inc/inc.py INCConfig`` (auto-round): unsupported bits, data
+  type or ``packing_format`` (``auto_round:fp8_static``), block FP8 without a
+  2-D ``group_size``; its FP8 scheme cannot build MoE layers.
+- ``models/deepseek_v2.py``: without ``topk_method: noaux_tc`` the router has no
+  ``e_score_correction_bias`` parameter for a stored one.
 - ``quantization/torchao.py TorchAOLinearMethod.create_weights``: a serialized
   torchao checkpoint gets one torchao tensor subclass for a merged layer
   (``qkv_proj``, ``gate_up_proj``: ``sum(output_partition_sizes)`` rows), and the
@@ -66,8 +74,9 @@ class Refusal:
 
 
 def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None,
-             modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
-    """Every reason vLLM 0.33 will not start on this checkpoint (empty: it starts)."""
+             modules: Mapping[str, Module], layout: Layout, quant_config_class: str | None = None) -> list[Refusal]:
+    """Every reason vLLM 0.33 will not start on this checkpoint (empty: it starts).
+    ``quant_config_class``: the class the engine model picked (Fp8Config or a DeepSeek-V4 one)."""
     qc = _quant_config(config, hf_quant_config)
     method = str(qc.get("quant_method") or "").lower() if qc is not None else ""
     out: list[Refusal] = []
@@ -100,7 +109,83 @@ def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | Non
             ))
     elif method == "torchao":
         out.extend(_torchao_merged(modules, layout))
+    elif method == "fp8" and (quant_config_class or "").endswith(".fp8.Fp8Config"):
+        out.extend(_fp8_config(qc))
+    elif method in ("auto-round", "inc"):
+        out.extend(_inc(qc, modules, layout))
+    out.extend(_v3_gate_bias(config, modules, layout))
     return out
+
+
+def _fp8_config(qc: Mapping[str, Any]) -> list[Refusal]:
+    """quantization/fp8.py ``Fp8Config.from_config`` / ``__init__``."""
+    where = "quantization/fp8.py Fp8Config"
+    scheme = qc.get("activation_scheme")
+    if scheme is None:
+        return [Refusal(CONFIG, "ValueError: Cannot find any of ['activation_scheme'] in the model's "
+                        "quantization config.", f"{where}.from_config reads activation_scheme with get_from_keys "
+                        "(no default)")]
+    if scheme not in ("static", "dynamic"):
+        return [Refusal(CONFIG, f"ValueError: Unsupported activation scheme {scheme}", f"{where}.__init__")]
+    if qc.get("weight_block_size") is not None and scheme != "dynamic":
+        return [Refusal(CONFIG, "ValueError: The block-wise quantization only supports dynamic activation "
+                        f"scheme for now, but got {scheme} activation scheme.", f"{where}.__init__")]
+    return []
+
+
+# quantization/inc/inc.py INCConfig: SUPPORTED_BITS / SUPPORTED_FORMATS / SUPPORTED_DTYPES.
+INC_BITS = frozenset({2, 3, 4, 5, 6, 7, 8})
+INC_FORMATS = ("auto_round:auto_gptq", "auto_round:auto_awq", "auto_round:fp8", "auto_round:llm_compressor")
+INC_DTYPES = frozenset({"int", "mx_fp", "fp"})
+
+
+def _inc(qc: Mapping[str, Any], modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
+    """quantization/inc/inc.py ``INCConfig.from_config`` / ``__init__`` /
+    ``_validate_supported_quantization`` (all at start-up), and ``INCScheme.get_moe_method``
+    (the FP8 scheme has none: building a quantized MoE layer raises)."""
+    where = "quantization/inc/inc.py INCConfig"
+    dtype = str(qc.get("data_type") or "int")
+    dtype = "fp" if dtype == "fp8" else dtype
+    bits, group = qc.get("bits"), qc.get("group_size")
+    fmt = qc.get("packing_format")
+    block = isinstance(group, list)
+    if fmt is None:
+        fmt = ("auto_round:fp8" if dtype == "fp" and bits == 8 and block
+               else "auto_round:llm_compressor" if "mx_fp" in dtype else "auto_round:auto_gptq")
+    if bits not in INC_BITS:
+        return [Refusal(CONFIG, f"ValueError: Unsupported weight_bits: {bits}", f"{where}.__init__")]
+    if dtype not in INC_DTYPES and "mx_fp" not in dtype:
+        return [Refusal(CONFIG, f"ValueError: Unsupported data_type: {dtype}", f"{where}.__init__")]
+    if fmt not in INC_FORMATS:
+        return [Refusal(CONFIG, f"ValueError: Unsupported packing_format: {fmt}, currently only support "
+                        f"{set(INC_FORMATS)}", f"{where}.__init__")]
+    if dtype == "fp" and not block:
+        return [Refusal(CONFIG, "AssertionError: INC block-wise FP8 requires a 2-D group_size, but found "
+                        f"group_size={group!r}.", f"{where}._validate_fp8_block_quantization")]
+    if dtype == "fp":
+        experts = [m.name for m in modules.values()
+                   if m.scheme.quantized and layout.module_kind(m.name) == r.ROUTED_EXPERTS]
+        if experts:
+            return [Refusal("layer construction", "NotImplementedError: INCFp8Scheme does not support MoE layers",
+                            "quantization/inc/schemes/inc_scheme.py INCScheme.get_moe_method: the FP8 scheme "
+                            "builds linears only, and these experts are stored quantized", tuple(experts))]
+    return []
+
+
+def _v3_gate_bias(config: Mapping[str, Any], modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
+    """models/deepseek_v2.py: ``gate.e_score_correction_bias`` is a parameter only with
+    ``topk_method: noaux_tc``; ``load_weights`` then indexes ``params_dict[name]`` for it."""
+    if layout.family != "deepseek_v3":
+        return []
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    if text.get("topk_method") == "noaux_tc":
+        return []
+    biases = tuple(n for n in modules if n.endswith("gate.e_score_correction_bias"))
+    if not biases:
+        return []
+    return [Refusal(LOAD, f"KeyError: '{biases[0]}'",
+                    f"topk_method is {text.get('topk_method')!r}, not 'noaux_tc', so DeepseekV2MoE builds no "
+                    "gate.e_score_correction_bias parameter for the stored bias (models/deepseek_v2.py)", biases)]
 
 
 def _quant_config(config: Mapping[str, Any], hf: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -227,7 +227,7 @@ class Vllm033:
 
     def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
         """Why vLLM 0.33 will not start on this checkpoint (engines/vllm/startup.py); empty if it starts."""
-        return startup_refusals(self.config, self.hf_quant_config, modules, self.layout)
+        return startup_refusals(self.config, self.hf_quant_config, modules, self.layout, self.quant_config_class())
 
     # -- the routing ------------------------------------------------------------
 
