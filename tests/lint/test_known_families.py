@@ -180,3 +180,43 @@ def test_auto_round_block_group_size_is_valid_input(tmp_path, capsys):
     d = _copy("ar_w4g128_autoround", tmp_path / "ar")
     _edit_config(d, lambda qc: qc.update(group_size=[128, 128]))
     assert main(["lint", str(d)]) != 2, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- Quark exclude and layer configs
+
+QUARK_EXCLUDE = ["lm_head", r"re:.*mlp\.gate$", r"re:.*mlp\.experts$"]
+
+
+@pytest.fixture
+def quark_excluded(tmp_path: Path) -> Path:
+    """quark_int4_g128 whose exclude list covers what Quark left BF16 (router, fused experts)."""
+    d = _copy("quark_int4_g128", tmp_path / "quark")
+    _edit_config(d, lambda qc: qc.update(exclude=QUARK_EXCLUDE))
+    return d
+
+
+def test_quark_exclude_covering_the_bf16_modules_lints_clean(quark_excluded):
+    r = Resolver.open(quark_excluded)
+    assert r.route("model.layers.1.mlp.experts").vllm.method == "UnquantizedFusedMoEMethod"
+    assert r.route("model.layers.1.mlp.gate").vllm.method == "UnquantizedLinearMethod"
+    rt = r.route("model.layers.0.self_attn.qkv_proj")
+    assert (rt.vllm.method, rt.vllm.scheme.format, rt.vllm.scheme.group_size) == ("QuarkLinearMethod", s.INT4_GROUP, 128)
+    assert _findings(quark_excluded) == []
+
+
+def test_quark_routing_matches_vllms_quark_config(quark_excluded):
+    """QuarkConfig.get_quant_method_target (no kernels needed) with Qwen3-MoE's packed modules."""
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    from vllm.model_executor.layers.linear import QKVParallelLinear
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    for exclude, experts, gate in ((QUARK_EXCLUDE, "UnquantizedFusedMoEMethod", "UnquantizedLinearMethod"),
+                                   (["lm_head"], "QuarkW4A16Int4MoEMethod", "QuarkLinearMethod")):
+        qc = json.loads((quark_excluded / "config.json").read_text())["quantization_config"] | {"exclude": exclude}
+        cfg = QuarkConfig.from_config(qc)
+        cfg.packed_modules_mapping = PACKED
+        assert cfg.get_quant_method_target("model.layers.1.mlp.experts", RoutedExperts)[2].__name__ == experts
+        assert cfg.get_quant_method_target("model.layers.1.mlp.gate", GateLinear)[2].__name__ == gate
+        assert cfg.get_quant_method_target("model.layers.0.self_attn.qkv_proj",
+                                           QKVParallelLinear)[2].__name__ == "QuarkLinearMethod"
