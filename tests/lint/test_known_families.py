@@ -200,7 +200,8 @@ def test_quark_exclude_covering_the_bf16_modules_lints_clean(quark_excluded):
     assert r.route("model.layers.1.mlp.experts").vllm.method == "UnquantizedFusedMoEMethod"
     assert r.route("model.layers.1.mlp.gate").vllm.method == "UnquantizedLinearMethod"
     rt = r.route("model.layers.0.self_attn.qkv_proj")
-    assert (rt.vllm.method, rt.vllm.scheme.format, rt.vllm.scheme.group_size) == ("QuarkLinearMethod", s.INT4_GROUP, 128)
+    built = (rt.vllm.method, rt.vllm.scheme.format, rt.vllm.scheme.group_size)
+    assert built == ("QuarkLinearMethod", s.INT4_GROUP, 128)
     assert _findings(quark_excluded) == []
 
 
