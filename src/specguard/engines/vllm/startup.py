@@ -205,17 +205,20 @@ def _modelopt_algo(qc: Mapping[str, Any]) -> str:
 
 
 def _torchao_merged(modules: Mapping[str, Module], layout: Layout) -> list[Refusal]:
-    """Shards of one merged vLLM layer stored as separate torchao tensors."""
-    groups = layout.group_by_runtime_prefix(modules)
-    for prefix, names in groups.items():
-        stored = [modules[n] for n in names if modules[n].scheme.convention == s.TORCHAO]
+    """Shards of merged vLLM layers stored as separate torchao tensors."""
+    merged = {}
+    for prefix, names in layout.group_by_runtime_prefix(modules).items():
+        stored = [n for n in names if modules[n].scheme.convention == s.TORCHAO]
         if len(stored) > 1 and layout.module_kind(names[0]) == r.LINEAR:
-            return [Refusal(
-                LOAD, "ValueError: Not supported args for copy_ due to metadata mismatch",
-                f"{prefix} is one merged layer in vLLM: TorchAOLinearMethod.create_weights makes one "
-                f"torchao tensor for it and the weight loader copies each of the {len(stored)} stored "
-                "shards into a slice of it, which torchao's copy_ refuses (quantization/torchao.py; "
-                "checked with torchao 0.18)",
-                tuple(m.name for m in stored),
-            )]
-    return []
+            merged[prefix] = stored
+    if not merged:
+        return []
+    leaves = sorted({p.rsplit(".", 1)[-1] for p in merged})
+    return [Refusal(
+        LOAD, "ValueError: Not supported args for copy_ due to metadata mismatch",
+        f"{len(merged)} merged layer(s) ({', '.join(leaves)}) are one layer in vLLM: "
+        "TorchAOLinearMethod.create_weights makes one torchao tensor for each and the weight loader "
+        "copies every stored shard into a slice of it, which torchao's copy_ refuses "
+        "(quantization/torchao.py; checked with torchao 0.18)",
+        tuple(n for names in merged.values() for n in names),
+    )]

@@ -63,6 +63,7 @@ from specguard.declared.patterns import (
     vllm_is_layer_skipped,
 )
 from specguard.declared.quark import QuarkDeclared, quark_scheme
+from specguard.declared.torchao import TorchAODeclared
 from specguard.engines import EngineChoice
 from specguard.engines.vllm import int_group as ig
 from specguard.engines.vllm.startup import Refusal
@@ -269,6 +270,11 @@ class Vllm033:
             return self._plain(d, cls, "UnquantizedLinearMethod", "mxfp4.py: linears stay unquantized")
         if isinstance(d, QuarkDeclared):
             return self._quark(d, cls, runtime_prefix, kind, model)
+        if isinstance(d, TorchAODeclared):  # torchao.py TorchAOConfig.get_quant_method
+            claim = d.scheme_for(runtime_prefix, kind=kind)
+            plain = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+            return EngineChoice(claim.scheme, "TorchAOLinearMethod" if claim.quantized else plain,
+                                f"torchao: {claim.source}", cls)
         if isinstance(d, IntGroupDeclared):
             return self._int_group(d, cls, runtime_prefix, kind, model)
         return self._plain(d, cls, "UnquantizedLinearMethod", "no quantization config")
@@ -604,6 +610,7 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "gptq": f"{_QC}.auto_gptq.AutoGPTQConfig",
         "awq": f"{_QC}.auto_awq.AutoAWQConfig",
         "quark": f"{_QC}.quark.quark.QuarkConfig",
+        "torchao": f"{_QC}.torchao.TorchAOConfig",
     }.get(d.stack)
 
 
