@@ -31,6 +31,9 @@ NOT_SERVED = {
     # "Not supported args for copy_ due to metadata mismatch" loading q_proj into qkv_proj;
     # and the router (not nn.Linear for torchao, a LinearBase in vLLM) built TorchAOLinearMethod.
     "torchao_int8wo": {"SG701", "SG203"}, "torchao_fp8wo": {"SG701", "SG203"},
+    # ModelOptFp8Config builds ModelOptFp8MoEMethod (per-tensor expert scales) for FP8_PB_WO too:
+    # the per-block expert scales fail to load ("shape '[]' is invalid for input of size 2").
+    "mo_fp8_block": {"SG201"},
     # modelopt.py from_config: "ModelOpt currently only supports: [...]" (MXFP4, W4A16_AWQ).
     "mo_mxfp4": {"SG701"}, "mo_int4_awq_dense": {"SG701"},
     # Quark's global config quantizes the fused experts (not nn.Linear, so Quark left
@@ -43,7 +46,7 @@ SILENT = {"quark_fp8", "quark_int8"}
 # CPU-only refusals of the recording run (no CPU kernel for the format, vLLM's CPU
 # int4 paths): on CUDA these build and load, and lint stays clean.
 CPU_ONLY = {"ct_mxfp4", "ct_mxfp8", "ct_nvfp4", "mo_mxfp8", "mo_nvfp4", "mo_mixed", "ct_mixed",
-            "ar_w4g128_autoround", "ar_w4g128_gptq", "mo_fp8_block", "quark_mxfp4", "quark_nvfp4"}
+            "ar_w4g128_autoround", "ar_w4g128_gptq", "quark_mxfp4", "quark_nvfp4"}
 
 
 def test_fixtures_present():
@@ -86,3 +89,16 @@ def test_refusal_names_the_stage_and_the_exception():
     (f,) = lint([r]).findings
     assert f.data["raises"] == "ValueError: Unknown quantization method: bitsandbytes"
     assert _record("bnb_nf4")["error"].find("Unknown quantization method: bitsandbytes") > 0
+
+
+def test_modelopt_block_fp8_experts_get_the_per_tensor_method():
+    """vLLM's own classes: ModelOptFp8Config (FP8_PB_WO too) builds ModelOptFp8MoEMethod for
+    experts, and the recorded load stopped at its per-tensor w2_weight_scale."""
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptFp8Config, ModelOptFp8MoEMethod
+
+    qc = json.loads((DATA / "mo_fp8_block" / "hf_quant_config.json").read_text())
+    assert ModelOptFp8Config.from_config(qc).quant_method == "FP8_PB_WO"
+    assert ModelOptFp8Config.FusedMoEMethodCls is ModelOptFp8MoEMethod
+    rec = _record("mo_fp8_block")
+    assert rec["methods"]["model.layers.1.mlp.experts.routed_experts"] == "ModelOptFp8MoEMethod"
+    assert rec["where"]["weight_name"].endswith("w2_weight_scale")

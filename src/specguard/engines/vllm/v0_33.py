@@ -475,6 +475,12 @@ class Vllm033:
             method = {s.NVFP4: "ModelOptNvFp4FusedMoE", s.MXFP8: "ModelOptMxFp8FusedMoE",
                       s.FP8_BLOCK: "Fp8MoEMethod" if d.quant_algo == "MIXED_PRECISION" else "ModelOptFp8MoEMethod",
                       }.get(scheme.format, "ModelOptFp8MoEMethod")
+            if method == "ModelOptFp8MoEMethod" and scheme.format in (s.FP8_BLOCK, s.FP8_CHANNEL):
+                # ModelOptFp8Config.FusedMoEMethodCls whatever the algo: its create_weights
+                # makes per-tensor w13/w2_weight_scale (PerTensorScaleParameter), so per-block
+                # or per-channel expert scales do not load into it.
+                scheme = Scheme(s.FP8_TENSOR, s.MODELOPT, scale_dtype="F32", weight_dtype="F8_E4M3")
+                why += " (ModelOptFp8MoEMethod: per-tensor expert scales)"
         else:
             method = "ModelOptLinearMethod"
         return EngineChoice(scheme, method, f"modelopt.py get_quant_method: {why}", cls)
