@@ -34,7 +34,8 @@ OK = "ok"
 MISROUTED = "misrouted"
 MISSING = "missing"
 UNMATCHED = "unmatched pattern"
-VERDICTS = (OK, MISROUTED, MISSING, UNMATCHED)
+REFUSED = "refused"  # the engine stops before serving (engines/vllm/startup.py; lint SG701)
+VERDICTS = (OK, MISROUTED, MISSING, UNMATCHED, REFUSED)
 NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
@@ -104,6 +105,7 @@ class Resolver:
                 for p in self.layout.runtime_prefixes(name):
                     self._alias.setdefault(p, prefix)
         self._routes: dict[str, Route] = {}
+        self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------
@@ -229,8 +231,19 @@ class Resolver:
         quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
+        refusal = self._refusal(names)
+        if refusal is not None:
+            verdict, reason = REFUSED, f"{self.vllm.name} stops at {refusal.stage}: {refusal.raises}"
         return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
+
+    def _refusal(self, names: list[str]):
+        """The engine's refusal that concerns these modules: a start-up one concerns every
+        module (nothing is built), a later one the modules it names."""
+        if self._refusals is None:
+            self._refusals = self.vllm.refusals(self.table.modules) if self.target is None else []
+        hit = set(names)
+        return next((x for x in self._refusals if not x.names or hit & set(x.names)), None)
 
     def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
         """Exclusion patterns that match the checkpoint name but no runtime spelling:
