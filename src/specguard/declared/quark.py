@@ -83,7 +83,7 @@ def quark_scheme(cfg: Mapping[str, Any]) -> Scheme:
     if dtype == "fp8_e4m3" and qscheme in ("per_tensor", "per_channel"):
         return Scheme(s.FP8_TENSOR if qscheme == "per_tensor" else s.FP8_CHANNEL, s.QUARK)
     if dtype == "fp8_e4m3" and qscheme == "per_block" and isinstance(weight.get("block_size"), list):
-        return Scheme(s.FP8_BLOCK, s.QUARK, block=tuple(weight["block_size"]))  # type: ignore[arg-type]
+        return Scheme(s.FP8_BLOCK, s.QUARK, block=tuple(weight["block_size"]))
     if qscheme == "per_group" and group == 32 and weight.get("scale_format") == "e8m0":
         fmt = {"fp4": s.MXFP4, "fp8_e4m3": s.MXFP8}.get(str(dtype))
         if fmt:

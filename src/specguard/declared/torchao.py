@@ -54,7 +54,8 @@ def torchao_scheme(quant_type: Any) -> Scheme:
     if not isinstance(quant_type, Mapping):
         return Scheme(s.UNKNOWN, s.TORCHAO, reason="quant_type.default is not a torchao config")
     cls = str(quant_type.get("_type") or "")
-    data = quant_type.get("_data") if isinstance(quant_type.get("_data"), Mapping) else {}
+    raw = quant_type.get("_data")
+    data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     fmts = _WEIGHT.get(cls)
     if fmts is None or data.get("module_fqn_to_config"):
         return Scheme(s.UNKNOWN, s.TORCHAO, reason=f"torchao {cls or 'config'} is not modelled")

@@ -80,12 +80,18 @@ def quanto(params: Params) -> Scheme:
         return Scheme(fmt, s.QUANTO, group_size=packed.shape[1], scale_dtype=sc.dtype, weight_dtype=packed.dtype,
                       pack_axis=0, zero_points="weight._shift" in params)
     data = params["weight._data"]
-    fmt = {"I8": (s.INT8_TENSOR, s.INT8_CHANNEL, s.INT8_GROUP)}.get(data.dtype)
-    if data.dtype in ("F8_E4M3", "F8_E5M2"):
-        fmt = (s.FP8_TENSOR, s.FP8_CHANNEL, None)
-    if fmt is None or len(data.shape) != 2:
+    fmts = _PER_ROW.get(data.dtype)
+    if fmts is None or len(data.shape) != 2:
         return _unknown(f"quanto {data.dtype} data {list(data.shape)}")
-    return _per_row(fmt, s.QUANTO, data, sc, zero_points="weight._shift" in params)
+    return _per_row(fmts, s.QUANTO, data, sc, zero_points="weight._shift" in params)
+
+
+# Element dtype -> (per-tensor, per-row, per-group) format.
+_PER_ROW: dict[str, tuple[s.Format, s.Format, s.Format | None]] = {
+    "I8": (s.INT8_TENSOR, s.INT8_CHANNEL, s.INT8_GROUP),
+    "F8_E4M3": (s.FP8_TENSOR, s.FP8_CHANNEL, None),
+    "F8_E5M2": (s.FP8_TENSOR, s.FP8_CHANNEL, None),
+}
 
 
 def torchao(params: Params) -> Scheme:
@@ -95,16 +101,14 @@ def torchao(params: Params) -> Scheme:
     q, sc = params["_weight_qdata"], params.get("_weight_scale")
     if sc is None or len(q.shape) != 2:
         return _unknown(f"torchao qdata {q.dtype} {list(q.shape)} without a usable _weight_scale")
-    zp = "_weight_zero_point" in params
-    if q.dtype == "I8":
-        return _per_row((s.INT8_TENSOR, s.INT8_CHANNEL, s.INT8_GROUP), s.TORCHAO, q, sc, zero_points=zp)
-    if q.dtype in ("F8_E4M3", "F8_E5M2"):
-        return _per_row((s.FP8_TENSOR, s.FP8_CHANNEL, None), s.TORCHAO, q, sc, zero_points=zp)
+    fmts = _PER_ROW.get(q.dtype)
+    if fmts is not None:
+        return _per_row(fmts, s.TORCHAO, q, sc, zero_points="_weight_zero_point" in params)
     return _unknown(f"torchao {q.dtype} qdata {list(q.shape)}: packing not read by specguard")
 
 
-def _per_row(fmts: tuple[str, str, str | None], conv: str, w: TensorInfo, sc: TensorInfo,
-             zero_points: bool) -> Scheme:
+def _per_row(fmts: tuple[s.Format, s.Format, s.Format | None], conv: s.Convention, w: TensorInfo,
+             sc: TensorInfo, zero_points: bool) -> Scheme:
     """Per-tensor (one scale), per-channel (one per output row) or per-group, from the scale's shape."""
     tensor, channel, group = fmts
     out, inp = w.shape

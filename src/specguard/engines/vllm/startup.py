@@ -36,9 +36,9 @@ Each rule restates one check in vLLM 0.33.0's source (site-packages/vllm):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from specguard.engines import Refusal
 from specguard.formats import scheme as s
 from specguard.formats.table import Module
 from specguard.layouts import Layout
@@ -62,32 +62,22 @@ WRAPPED = (s.BITSANDBYTES, s.QUANTO, s.TORCHAO)
 CONFIG, LOAD = "start-up", "weight loading"
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """vLLM stops at ``stage`` raising ``raises``, because ``because`` (cited from its source);
-    ``names``: the checkpoint modules concerned."""
-
-    stage: str
-    raises: str
-    because: str
-    names: tuple[str, ...] = ()
-
-
 def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None,
              modules: Mapping[str, Module], layout: Layout, quant_config_class: str | None = None) -> list[Refusal]:
     """Every reason vLLM 0.33 will not start on this checkpoint (empty: it starts).
     ``quant_config_class``: the class the engine model picked (Fp8Config or a DeepSeek-V4 one)."""
-    qc = _quant_config(config, hf_quant_config)
-    method = str(qc.get("quant_method") or "").lower() if qc is not None else ""
+    found = _quant_config(config, hf_quant_config)
+    qc: Mapping[str, Any] = found or {}
+    method = str(qc.get("quant_method") or "").lower()
     out: list[Refusal] = []
-    if qc is not None and method and method not in QUANTIZATION_METHODS and method not in OVERRIDE_CLAIMED:
+    if method and method not in QUANTIZATION_METHODS and method not in OVERRIDE_CLAIMED:
         out.append(Refusal(
             CONFIG, f"ValueError: Unknown quantization method: {method}",
             "config/model.py ModelConfig._verify_quantization: vLLM 0.33 has no quant config for "
             f"quant_method {method!r}",
         ))
         return out  # nothing past the config check runs
-    if qc is not None and method.startswith("modelopt"):
+    if method.startswith("modelopt"):
         algo = _modelopt_algo(qc)
         if algo and algo not in MODELOPT_ALGOS:
             out.append(Refusal(
@@ -95,7 +85,7 @@ def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | Non
                 f"quantization/modelopt.py ModelOptQuantConfigBase.from_config: quant_algo {algo!r}",
             ))
             return out
-    if qc is None:
+    if found is None:
         wrapped = [m for m in modules.values() if m.scheme.convention in WRAPPED]
         if wrapped:
             m = wrapped[0]
@@ -177,7 +167,7 @@ def _v3_gate_bias(config: Mapping[str, Any], modules: Mapping[str, Module], layo
     ``topk_method: noaux_tc``; ``load_weights`` then indexes ``params_dict[name]`` for it."""
     if layout.family != "deepseek_v3":
         return []
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    text = _text(config, config)
     if text.get("topk_method") == "noaux_tc":
         return []
     biases = tuple(n for n in modules if n.endswith("gate.e_score_correction_bias"))
@@ -188,8 +178,13 @@ def _v3_gate_bias(config: Mapping[str, Any], modules: Mapping[str, Module], layo
                     "gate.e_score_correction_bias parameter for the stored bias (models/deepseek_v2.py)", biases)]
 
 
+def _text(config: Mapping[str, Any], default: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = config.get("text_config")
+    return inner if isinstance(inner, Mapping) else default
+
+
 def _quant_config(config: Mapping[str, Any], hf: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+    text = _text(config, {})
     qc = config.get("quantization_config") or text.get("quantization_config") or config.get("compression_config")
     if isinstance(qc, Mapping):
         return qc
