@@ -49,7 +49,7 @@ TINY_DENSE = {**TINY, "mlp_only_layers": [0, 1]}
 # generation_config are the in-memory stand-ins, not part of the ground truth).
 KEEP = (
     "config.json", "hf_quant_config.json", "recipe.yaml", "quantization_config.json",
-    "quant_config.json", "model.safetensors", "model.safetensors.index.json",
+    "quant_config.json", "quanto_qmap.json", "model.safetensors", "model.safetensors.index.json",
 )
 BF16 = {"format": "bf16", "convention": "plain"}
 
@@ -87,12 +87,16 @@ def tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t1")
 
 
-def arch_modules(arch: dict[str, Any] = TINY) -> dict[str, str]:
+def arch_modules(arch: dict[str, Any] = TINY, fused_experts: bool = False) -> dict[str, str]:
     """Every checkpoint module of the architecture, mapped to the class a quantizer sees.
 
-    Experts are listed per expert (``mlp.experts.E.gate_proj``), as all three
-    tools linearise transformers' fused expert tensors before quantizing and
-    write them back per expert.
+    Experts are listed per expert (``mlp.experts.E.gate_proj``), as the tools
+    that linearise transformers' fused expert tensors (or transformers' own
+    save, which reverses its weight conversion) write them back per expert.
+    ``fused_experts``: the writer keeps transformers 5's fused
+    ``Qwen3MoeExperts``: bare 3-D ``mlp.experts.gate_up_proj`` /
+    ``mlp.experts.down_proj`` tensors, not nn.Linear), each tensor a module of
+    its own as gpt-oss's ``mlp.experts.gate_up_proj_blocks`` stem is.
     """
     mods = {"model.embed_tokens": "Embedding", "model.norm": "RMSNorm", "lm_head": "Linear"}
     for i in range(arch["num_hidden_layers"]):
@@ -108,6 +112,10 @@ def arch_modules(arch: dict[str, Any] = TINY) -> dict[str, str]:
                 mods[f"{p}.mlp.{n}"] = "Linear"
             continue
         mods[f"{p}.mlp.gate"] = "Router"  # Qwen3MoeTopKRouter: a bare weight, not nn.Linear
+        if fused_experts:
+            mods[f"{p}.mlp.experts.gate_up_proj"] = "FusedExperts"
+            mods[f"{p}.mlp.experts.down_proj"] = "FusedExperts"
+            continue
         for e in range(arch["num_experts"]):
             for n in ("gate_proj", "up_proj", "down_proj"):
                 mods[f"{p}.mlp.experts.{e}.{n}"] = "Linear"
@@ -150,6 +158,20 @@ def write_fixture(src: Path, dest: Path, expected: dict[str, Any]) -> None:
     if not found:
         raise RuntimeError(f"{src}: the tool wrote no safetensors file")
     (dest / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=False) + "\n")
+
+
+def write_reference(dest: Path, tensors: dict[str, torch.Tensor], how: str) -> None:
+    """The producer's own dequantization of a few modules, for the codec tests.
+
+    Stored in a subfolder (``reference/dequantized.safetensors``) so the
+    checkpoint itself stays exactly what the tool wrote; ``how`` names the
+    producer function that computed it (kept in the file's metadata).
+    """
+    from safetensors.torch import save_file
+
+    (dest / "reference").mkdir(exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+              dest / "reference" / "dequantized.safetensors", metadata={"how": how})
 
 
 def workdir() -> Path:

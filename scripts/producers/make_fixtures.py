@@ -30,6 +30,10 @@ TOOLS = {
     "llmcompressor": "llmcompressor_fixtures",
     "modelopt": "modelopt_fixtures",
     "autoround": "autoround_fixtures",
+    "bitsandbytes": "bnb_fixtures",
+    "quanto": "quanto_fixtures",
+    "torchao": "torchao_fixtures",
+    "quark": "quark_fixtures",
 }
 
 

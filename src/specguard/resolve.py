@@ -40,9 +40,11 @@ class Verdict(Vocabulary):
     MISROUTED = "misrouted"  # the modelled engine builds a method that cannot read what is stored
     MISSING = "missing"  # nothing (or not everything the build needs) is stored
     UNMATCHED = "unmatched pattern"  # an exclusion meant for this module matches nothing at runtime
+    REFUSED = "refused"  # the engine stops before serving (engines/vllm/startup.py; lint SG701)
 
 
 OK, MISROUTED, MISSING, UNMATCHED = Verdict.OK, Verdict.MISROUTED, Verdict.MISSING, Verdict.UNMATCHED
+REFUSED = Verdict.REFUSED
 NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
@@ -101,9 +103,9 @@ class Resolver:
         self.platform = platform
         self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
-            stored = tuple((n, t.dtype) for n, t in checkpoint.tensors.items())
+            dtypes = {n: t.dtype for n, t in checkpoint.tensors.items()}  # GPTQ/AWQ maybe_update_config
             self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
-                                stored_tensors=stored)
+                                tensor_dtypes=dtypes)
             self._vllm_model: str | None = None
         else:
             t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None
@@ -117,6 +119,7 @@ class Resolver:
                 for p in self.layout.runtime_prefixes(name):
                     self._alias.setdefault(p, prefix)
         self._routes: dict[str, Route] = {}
+        self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------
@@ -216,8 +219,8 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _stored(self, mods: list[Module]) -> tuple[Scheme | None, Sniff | None]:
-        settled = [settle(self.checkpoint, m) for m in mods]
+    def _stored(self, mods: list[Module], claim: Scheme | None = None) -> tuple[Scheme | None, Sniff | None]:
+        settled = [settle(self.checkpoint, m, claim) for m in mods]
         schemes = [sc for sc, _ in settled]
         sniff = next((sn for _, sn in settled if sn is not None), None)
         formats = {sc.format for sc in schemes}
@@ -233,8 +236,8 @@ class Resolver:
             return self._absent(prefix)
         first = names[0]
         role, kind = self.layout.role(first), self.layout.module_kind(first)
-        stored, sniff = self._stored(mods)
         declared = self.declared_config.scheme_for(prefix, kind=kind)
+        stored, sniff = self._stored(mods, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
@@ -243,8 +246,19 @@ class Resolver:
         quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
+        refusal = self._refusal(names)
+        if refusal is not None:
+            verdict, reason = REFUSED, f"{self.vllm.name} stops at {refusal.stage}: {refusal.raises}"
         return Route(prefix, role, kind, stored, declared, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
+
+    def _refusal(self, names: list[str]):
+        """The engine's refusal that concerns these modules: a start-up one concerns every
+        module (nothing is built), a later one the modules it names."""
+        if self._refusals is None:
+            self._refusals = self.vllm.refusals(self.table.modules) if self.target is None else []
+        hit = set(names)
+        return next((x for x in self._refusals if not x.names or hit & set(x.names)), None)
 
     def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
         """Exclusion patterns that match the checkpoint name but no runtime spelling:

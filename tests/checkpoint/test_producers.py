@@ -33,8 +33,23 @@ PARAM_SUFFIXES = frozenset({
     "weight", "bias", "weight_scale", "weight_scale_inv", "weight_scale_2", "input_scale",
     "weight_packed", "weight_global_scale", "input_global_scale", "weight_zero_point",
     "weight_g_idx", "weight_shape", "qweight", "qzeros", "scales", "g_idx", "k_scale",
-    "v_scale", "pre_quant_scale",
+    "v_scale", "pre_quant_scale", "input_zero_point", "input_scale_2", "output_scale", "SCB",
+    "weight_format",
 })
+# Written after ``<module>.weight.``: bitsandbytes' 4-bit quant state, quanto's qtensor parts.
+WEIGHT_PARTS = ("absmax", "quant_map", "nested_absmax", "nested_quant_map", "quant_state.bitsandbytes__nf4",
+                "quant_state.bitsandbytes__fp4", "_data", "_data._data", "_scale", "_shift")
+
+
+def _module_of(key: str) -> str:
+    """The module a producer's tensor belongs to (its name minus the parameter part)."""
+    for part in WEIGHT_PARTS:
+        if key.endswith(".weight." + part):
+            return key.removesuffix(".weight." + part)
+    stem, _, suffix = key.rpartition(".")
+    if suffix in PARAM_SUFFIXES or suffix.startswith("_weight_"):  # torchao: <module>._weight_qdata
+        return stem
+    return key
 
 
 def _expected(name: str) -> dict[str, Any]:
@@ -82,8 +97,7 @@ def test_fixture_is_valid_safetensors(name: str) -> None:
             for key in st.keys():  # noqa: SIM118 - safe_open is not a Mapping
                 sl = st.get_slice(key)
                 assert sl.get_dtype(), key
-                stem, _, suffix = key.rpartition(".")
-                modules.add(stem if suffix in PARAM_SUFFIXES else key)
+                modules.add(_module_of(key))
     assert modules == set(_expected(name)["modules"])
 
 
@@ -108,3 +122,17 @@ def test_every_module_classified_as_the_recipe_says(name: str) -> None:
         if why:
             wrong[module] = why
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in sorted(wrong.items()))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_inspect_shows_no_unknown_or_ambiguous(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `specguard inspect` prints for every real-tool checkpoint: every module named."""
+    from specguard.cli import main
+
+    assert main(["inspect", str(DATA / name), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    records = out["records"]
+    formats = {r["module"]: r["format"] for r in records}
+    assert set(formats) == set(_expected(name)["modules"])
+    bad = {m: f for m, f in formats.items() if f in ("unknown", "ambiguous")}
+    assert not bad, bad

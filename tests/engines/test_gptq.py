@@ -21,7 +21,8 @@ from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-from specguard.engines.vllm.gptq import MixedShards, gptq_builds, header_scan_layers
+from specguard.engines.vllm.gptq import gptq_builds
+from specguard.engines.vllm.int_group import ShardsDisagree, modules_by_dtype
 from specguard.engines.vllm.v0_33 import MTP_MODEL, Vllm033
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -64,7 +65,7 @@ def real(qc: dict, prefix: str, kind: str, layers: list[str]) -> tuple:
 def ours(qc: dict, prefix: str, kind: str, layers: list[str]) -> tuple:
     try:
         d = gptq_builds(qc, prefix, kind, layers, PACKED)
-    except MixedShards:
+    except ShardsDisagree:
         return ("ValueError",)
     return (True, d.bits, d.group_size) if d.quantized else (False,)
 
@@ -100,7 +101,7 @@ def test_first_match_wins_and_positive_rules_do_not_beat_the_header_scan():
     # the positive rule comes first: the later negative one never applies
     assert ours(qc, "mtp.layers.0.mlp.experts", "routed_experts", []) == (True, 4, 64)
     # a linear no quantized tensor names stays unquantized whatever the rule says
-    layers = header_scan_layers([("mtp.fc.weight", "BF16"), ("model.layers.0.mlp.down_proj.qweight", "I32")])
+    layers, _ = modules_by_dtype({"mtp.fc.weight": "BF16", "model.layers.0.mlp.down_proj.qweight": "I32"})
     assert layers == ["model.layers.0.mlp.down_proj"]
     assert ours(qc, "mtp.fc", "linear", layers) == (False,)
 
@@ -114,11 +115,11 @@ def test_qwen3_5_negative_mtp_rule_builds_the_mtp_layers_unquantized():
     even where an earlier positive rule matches; mtp.fc keeps the target's config."""
     qc = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
           "dynamic": {"+:.*mtp\\.layers.*": {}, "+:.*mtp\\.fc.*": {}, "-:.*mtp\\.norm.*": {}}}
-    v = Vllm033({**QWEN, "quantization_config": qc}, stored_tensors=[("mtp.fc.qweight", "I32")])
+    v = Vllm033({**QWEN, "quantization_config": qc}, tensor_dtypes={"mtp.fc.qweight": "I32"})
     assert v.builds("mtp.layers.0.mlp.experts", kind="routed_experts", model=MTP_MODEL).method \
         == "UnquantizedFusedMoEMethod"
     assert v.builds("mtp.fc", kind="linear", model=MTP_MODEL).method == "AutoGPTQLinearMethod"
     del qc["dynamic"]["-:.*mtp\\.norm.*"]
-    v = Vllm033({**QWEN, "quantization_config": qc}, stored_tensors=[("mtp.fc.qweight", "I32")])
+    v = Vllm033({**QWEN, "quantization_config": qc}, tensor_dtypes={"mtp.fc.qweight": "I32"})
     assert v.builds("mtp.layers.0.mlp.experts", kind="routed_experts", model=MTP_MODEL).method \
         == "AutoGPTQMoEMethod"

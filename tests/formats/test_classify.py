@@ -40,9 +40,10 @@ CASES = [
      s.FP8_BLOCK, None, None, (128, 128), ()),
     ("fp8 block modelopt 4-D scale", {"weight": z((OUT, IN), E4M3), "weight_scale": z((2, 1, 4, 1), F32)},
      s.FP8_BLOCK, None, None, (128, 128), ()),
+    # int4 g128 or int8 per channel: the width is in weight_shape (tests/formats/test_pack_width.py)
     ("int4 pack-quantized, one group per row", {"weight_packed": z((OUT, 16), I32),
                                                 "weight_scale": z((OUT, 1), BF16), "weight_shape": z(2, I64)},
-     s.INT4_GROUP, s.COMPRESSED_TENSORS, 128, None, ()),
+     s.AMBIGUOUS, s.COMPRESSED_TENSORS, None, None, ()),
     ("nvfp4 modelopt", {"weight": z((OUT, IN // 2), U8), "weight_scale": z((OUT, IN // 16), E4M3),
                         "weight_scale_2": z((), F32), "input_scale": z((), F32)},
      s.NVFP4, s.MODELOPT, 16, None, ()),
@@ -65,7 +66,7 @@ CASES = [
      s.MXFP8, None, 32, None, ()),
     ("int4 pack-quantized", {"weight_packed": z((OUT, IN // 8), I32), "weight_scale": z((OUT, IN // 128), BF16),
                              "weight_shape": z(2, I64)},
-     s.INT4_GROUP, s.COMPRESSED_TENSORS, 128, None, ()),
+     s.AMBIGUOUS, s.COMPRESSED_TENSORS, None, None, ()),  # 4-bit g128 or 8-bit g64: weight_shape says
     ("gptq int4", {"qweight": z((IN // 8, OUT), I32), "qzeros": z((IN // 128, OUT // 8), I32),
                    "scales": z((IN // 128, OUT), F16), "g_idx": z(IN, I32)},
      s.INT4_GROUP, s.GPTQ, 128, None, ()),

@@ -1,10 +1,12 @@
-"""`specguard inspect`: what every module is stored as, from headers alone."""
+"""`specguard inspect`: what every module is stored as, from headers (and, where a
+header fits several formats, the few bytes that decide it: formats/settle.py)."""
 
 from __future__ import annotations
 
 import argparse
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import cast
 
 from rich.console import Console
@@ -13,6 +15,8 @@ from rich.table import Table
 from specguard.checkpoint.source import Checkpoint
 from specguard.commands.output import human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
+from specguard.formats import scheme as s
+from specguard.formats.settle import settle
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
@@ -22,7 +26,7 @@ from specguard.terminal import console, escape, print_table
 
 def run_inspect(args: argparse.Namespace) -> int:
     ckpt = open_source(args)
-    table = classify(ckpt)
+    table = _settled(classify(ckpt))
     roles = module_roles(table)
     if args.json:
         records = tensor_records(table) if args.tensors else module_records(table, roles)
@@ -33,6 +37,14 @@ def run_inspect(args: argparse.Namespace) -> int:
         return 0
     render(table, roles, console())
     return 0
+
+
+def _settled(table: ModuleTable) -> ModuleTable:
+    """Ambiguous modules settled by their bytes where the checkpoint is local
+    (a U8 scale's first bytes, a pack-quantized ``weight_shape``)."""
+    mods = {n: replace(m, scheme=settle(table.checkpoint, m)[0]) if m.scheme.format == s.AMBIGUOUS else m
+            for n, m in table.modules.items()}
+    return ModuleTable(table.checkpoint, mods)
 
 
 def render_tensors(table: ModuleTable, out: Console) -> None:

@@ -42,6 +42,8 @@ from specguard.declared.others import (
     parse_gptq,
     parse_mxfp4,
 )
+from specguard.declared.quark import QuarkDeclared, parse_quark
+from specguard.declared.torchao import TorchAODeclared, parse_torchao
 from specguard.declared.validate import ConfigError, check_quant_config
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -98,6 +100,10 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
         declared = parse_gptq(qc, **common)
     elif method == "awq":
         declared = parse_awq(qc, **common)
+    elif method == "quark":
+        declared = parse_quark(qc, **common)
+    elif method == "torchao":
+        declared = parse_torchao(qc, **common)
     else:
         declared = UnknownDeclared(stack="unknown", quant_method=method or None, origin=origin)
     return _with(declared, plain, notes)
@@ -113,6 +119,7 @@ __all__ = [
     "COMPRESSED_TENSORS", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT", "NATIVE",
     "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
     "VLLM_SUFFIX", "CompressedTensorsDeclared", "ConfigError", "Declared", "DeclaredScheme", "Fp8Declared",
-    "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "UnknownDeclared",
+    "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "QuarkDeclared",
+    "TorchAODeclared", "UnknownDeclared",
     "parse_declared", "unquantized_scheme",
 ]

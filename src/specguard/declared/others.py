@@ -15,6 +15,7 @@ from specguard.declared.model import (
     DeclaredScheme,
     Pattern,
 )
+from specguard.errors import ConfigError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Convention, Scheme
 from specguard.layouts import roles as r
@@ -114,7 +115,7 @@ def parse_gptq(qc: dict, *, origin: str) -> IntGroupDeclared:
         notes.append("checkpoint_format gptq_v2: zeros stored exact (v1 stores zero-1)")
     return IntGroupDeclared(
         stack=s.GPTQ, quant_method="gptq", origin=origin, patterns=tuple(patterns), notes=tuple(notes),
-        bits=int(qc.get("bits", 4)), group_size=qc.get("group_size", 128), lm_head=bool(qc.get("lm_head")),
+        bits=_bits(qc, "bits"), group_size=qc.get("group_size", 128), lm_head=bool(qc.get("lm_head")),
         dynamic=dynamic,
     )
 
@@ -125,6 +126,14 @@ def parse_awq(qc: dict, *, origin: str) -> IntGroupDeclared:
                      for i, t in enumerate(keys) if isinstance(t, str))
     return IntGroupDeclared(
         stack=s.AWQ, quant_method="awq", origin=origin, patterns=patterns,
-        bits=int(qc.get("w_bit", qc.get("bits", 4))), group_size=qc.get("q_group_size", qc.get("group_size", 128)),
-        lm_head=bool(qc.get("lm_head")),
+        bits=_bits(qc, "w_bit" if "w_bit" in qc else "bits"),
+        group_size=qc.get("q_group_size", qc.get("group_size", 128)), lm_head=bool(qc.get("lm_head")),
     )
+
+
+def _bits(qc: dict, key: str) -> int:
+    """The bit width (default 4); a null one is bad input (vLLM's from_config cannot use it either)."""
+    bits = qc.get(key, 4)
+    if not isinstance(bits, int) or isinstance(bits, bool):
+        raise ConfigError(f"quantization_config.{key}", "must be an integer")
+    return bits

@@ -33,6 +33,8 @@ def _check_mapping(obj: Mapping[str, Any], key: str) -> None:
             raise ConfigError(path, "must be a list of strings")
         if k in STRINGS and v is not None and not isinstance(v, str):
             raise ConfigError(path, "must be a string")
+        if k == "group_size" and _int_pair(v):
+            continue  # auto-round block FP8 writes the 2-D block: group_size [128, 128]
         if k in INTS and v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise ConfigError(path, "must be an integer")
         if k == "weight_block_size" and v is not None and not (
@@ -47,3 +49,7 @@ def _check_mapping(obj: Mapping[str, Any], key: str) -> None:
             raise ConfigError(path, "must be an object")
         if isinstance(v, Mapping):
             _check_mapping(v, path)
+
+
+def _int_pair(v: object) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)

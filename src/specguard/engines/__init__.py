@@ -13,10 +13,12 @@ The one model today is ``engines.vllm.v0_33.Vllm033``; its ``ENGINE`` constant
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from specguard.formats.scheme import Scheme
+from specguard.formats.table import Module
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,17 @@ class EngineChoice:
         return self.scheme.quantized
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The engine stops at ``stage`` raising ``raises``, because ``because`` (cited from
+    its source); ``names``: the checkpoint modules concerned (none: all of them)."""
+
+    stage: str
+    raises: str
+    because: str
+    names: tuple[str, ...] = ()
+
+
 class EngineModel(Protocol):
     """One engine version's routing for one target checkpoint (and its draft), under its config."""
 
@@ -43,9 +56,13 @@ class EngineModel(Protocol):
         (``model``: which of the engine's models builds it; default from the prefix's role)."""
         ...
 
+    def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        """Why the engine will not start on this checkpoint (empty: it starts)."""
+        ...
+
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         """Whether the model class builds this layer with no quant config at all."""
         ...
 
 
-__all__ = ["EngineChoice", "EngineModel"]
+__all__ = ["EngineChoice", "EngineModel", "Refusal"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
+from specguard.formats import families as fam
 from specguard.formats import scheme as s
 from specguard.formats.modules import QUANT_PARAMS
 from specguard.formats.scheme import Scheme
@@ -38,9 +39,14 @@ def classify_params(params: Params) -> Classified:
         return _compressed_packed(params)
     if "qweight" in params:
         return _gptq_or_awq(params)
+    wrapped = _wrapped(params)
+    if wrapped is not None:
+        return Classified(wrapped)
     w = params.get("weight")
     if w is None:
         return _weightless(params)
+    if w.dtype == "I32":
+        return Classified(fam.quark_int(w, params))
     if w.dtype in FLOAT_HIGH:
         extra = sorted(set(params) & QUANT_PARAMS)
         if extra:
@@ -51,6 +57,19 @@ def classify_params(params: Params) -> Classified:
     if w.dtype in ("U8", "I8", "F4"):
         return _byte_weight(w, params)
     return _unknown(f"no rule for a {w.dtype} weight")
+
+
+def _wrapped(params: Params) -> Scheme | None:
+    """Stacks with their own tensor names around the weight (formats/families.py)."""
+    if fam.is_bnb4(params):
+        return fam.bnb4(params)
+    if fam.is_quanto(params):
+        return fam.quanto(params)
+    if "_weight_qdata" in params:
+        return fam.torchao(params)
+    if "SCB" in params and "weight" in params:
+        return fam.bnb_int8(params["weight"], params["SCB"])
+    return None
 
 
 def _unknown(reason: str) -> Classified:
@@ -144,9 +163,13 @@ def _byte_weight(w: TensorInfo, params: Params) -> Classified:
 
 
 def _nvfp4_modelopt(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
-    missing = tuple(p for p in ("weight_scale_2", "input_scale") if p not in params)
+    # AMD Quark writes the same weight/weight_scale/weight_scale_2 and names the
+    # activations' global scale ``input_scale_2`` (quark's ScaleQuantSpec export).
+    conv = s.QUARK if "input_scale_2" in params else s.MODELOPT
+    wanted = ("weight_scale_2",) if conv == s.QUARK else ("weight_scale_2", "input_scale")
+    missing = tuple(p for p in wanted if p not in params)
     return Classified(
-        Scheme(s.NVFP4, s.MODELOPT, group_size=16, scale_dtype=sc.dtype, weight_dtype=w.dtype),
+        Scheme(s.NVFP4, conv, group_size=16, scale_dtype=sc.dtype, weight_dtype=w.dtype),
         missing,
     )
 
@@ -155,9 +178,12 @@ def _int_with_float_scale(w: TensorInfo, sc: TensorInfo, params: Params) -> Clas
     """I8 weight = int8 (channel or group); U8 weight = ModelOpt INT4 (AWQ) packed pairs."""
     if w.dtype == "I8":
         inp = w.shape[-1]
+        zp = "weight_zero_point" in params or None
+        if sc.numel == 1:  # one scale: per-tensor (Quark int8 writes a 0-D weight_scale)
+            return Classified(Scheme(s.INT8_TENSOR, scale_dtype=sc.dtype, weight_dtype=w.dtype, zero_points=zp))
         cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
         if cols == 1:
-            return Classified(Scheme(s.INT8_CHANNEL, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+            return Classified(Scheme(s.INT8_CHANNEL, scale_dtype=sc.dtype, weight_dtype=w.dtype, zero_points=zp))
         return Classified(Scheme(
             s.INT8_GROUP, group_size=_ratio(inp, cols), scale_dtype=sc.dtype, weight_dtype=w.dtype
         ))
@@ -198,21 +224,29 @@ def _compressed_packed(params: Params) -> Classified:
 
 
 def _pack_quantized(wp: TensorInfo, sc: TensorInfo) -> Classified:
-    """Ints packed 32/bits per I32 along the input dim. The bit width lives in
-    ``weight_shape``'s bytes, which a header pass does not read: take the width
-    whose group size comes out a power of two, preferring 4 bits."""
+    """Ints packed 32/bits per I32 along the input dim. The bit width lives in the
+    config and in ``weight_shape``'s bytes, not in the header: every width whose
+    group size comes out a power of two is a candidate, and more than one makes
+    the module ``ambiguous`` until settle.py reads ``weight_shape`` (or the claim)."""
     cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
+    found: list[Scheme] = []
     for bits, fmt in ((4, s.INT4_GROUP), (8, s.INT8_GROUP)):
         inp = wp.shape[-1] * 32 // bits
         group = _ratio(inp, cols)
         if group and group & (group - 1) == 0:
-            # One scale column: a single group spanning the row (in_features == group size).
-            fmt = s.INT8_CHANNEL if bits == 8 and cols == 1 else fmt
-            return Classified(Scheme(
-                fmt, s.COMPRESSED_TENSORS, group_size=None if fmt == s.INT8_CHANNEL else group,
-                scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
-            ))
-    return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
+            kw = dict(scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1)
+            if bits == 8 and cols == 1:  # one scale per row: per channel, or one group spanning the row
+                found.append(Scheme(s.INT8_CHANNEL, s.COMPRESSED_TENSORS, **kw))  # type: ignore[arg-type]
+            found.append(Scheme(fmt, s.COMPRESSED_TENSORS, group_size=group, **kw))  # type: ignore[arg-type]
+    if not found:
+        return _unknown(f"weight_packed {list(wp.shape)} and weight_scale {list(sc.shape)} give no group size")
+    if len(found) == 1 or {c.format for c in found} == {s.INT8_CHANNEL, s.INT8_GROUP}:
+        return Classified(found[0])
+    fits = " or ".join(c.short() for c in found)
+    return Classified(Scheme(
+        s.AMBIGUOUS, s.COMPRESSED_TENSORS, scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1,
+        candidates=tuple(found), reason=f"the bit width is in weight_shape's bytes: {fits}",
+    ))
 
 
 def _gptq_or_awq(params: Params) -> Classified:

@@ -21,7 +21,22 @@ PARAM_SUFFIXES = frozenset({
     "weight_zero_point", "input_zero_point", "weight_g_idx", "weight_shape",
     "qweight", "qzeros", "scales", "g_idx", "k_scale", "v_scale", "q_scale",
     "output_scale", "pre_quant_scale", "weight_scale_2_inv",
+    # AMD Quark: zero points and NVFP4's second-level input scale.
+    "output_zero_point", "input_scale_2",
+    # bitsandbytes LLM.int8 (Linear8bitLt): per-row scale and the layout tag.
+    "SCB", "weight_format",
 })
+# Parameter names with a dot inside, written after ``<module>.weight.``:
+# bitsandbytes' 4-bit quant state (transformers' Params4bit serialization) and
+# optimum-quanto's flattened qtensor parts (``_data._data`` is a packed qint4).
+WEIGHT_PARTS = frozenset({
+    "absmax", "quant_map", "nested_absmax", "nested_quant_map",
+    "quant_state.bitsandbytes__nf4", "quant_state.bitsandbytes__fp4",
+    "_data", "_data._data", "_scale", "_shift",
+})
+# torchao through transformers 5: a tensor subclass flattened to
+# ``<module>._weight_<inner>`` (``_weight_qdata``, ``_weight_scale``, ...).
+TORCHAO_PREFIX = "_weight_"
 # The scale tensors among them (the one list; formats/classify.py, formats/settle.py
 # and lint/content.py read these): every float multiplier of a quantized weight.
 SCALE_PARAMS = frozenset({
@@ -49,6 +64,11 @@ def split_name(name: str, gpt_oss_stems: frozenset[str] = frozenset()) -> tuple[
     """``layers.0.attn.wq.weight`` -> (``layers.0.attn.wq``, ``weight``)."""
     module, dot, last = name.rpartition(".")
     if dot and last in PARAM_SUFFIXES:
+        return module, last
+    at = name.rfind(".weight.")
+    if at > 0 and name[at + 8:] in WEIGHT_PARTS:
+        return name[:at], name[at + 1:]
+    if dot and last.startswith(TORCHAO_PREFIX):
         return module, last
     for suffix in GPT_OSS_SUFFIXES:
         if name.endswith(suffix) and name[: -len(suffix)] in gpt_oss_stems:

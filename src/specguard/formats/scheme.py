@@ -28,6 +28,9 @@ class Format(Vocabulary):
     INT4_GROUP = "int4_group"
     INT8_GROUP = "int8_group"
     INT8_CHANNEL = "int8_channel"
+    INT8_TENSOR = "int8_tensor"
+    NF4 = "nf4"  # bitsandbytes NormalFloat4, blockwise absmax
+    FP4 = "fp4"  # bitsandbytes FP4 (E2M1 codebook), blockwise absmax
     FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
     PLAIN_TENSOR = "plain"  # a non-float standalone tensor (ids, masks); not the convention ``plain``
     MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
@@ -44,6 +47,10 @@ class Convention(Vocabulary):
     GPT_OSS = "gpt-oss"  # *_blocks / *_scales
     GPTQ = "gptq"
     AWQ = "awq"
+    BITSANDBYTES = "bitsandbytes"  # weight.absmax/quant_map/quant_state.* (4-bit), SCB (int8)
+    QUANTO = "quanto"  # weight._data[._data]/weight._scale/weight._shift
+    TORCHAO = "torchao"  # _weight_qdata/_weight_scale/_weight_zero_point
+    QUARK = "quark"  # AMD Quark: weight/weight_scale/weight_zero_point, input_scale_2
     PLAIN = "plain"  # unquantized
 
 
@@ -52,10 +59,12 @@ BF16, FP16, FP32 = Format.BF16, Format.FP16, Format.FP32
 FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK = Format.FP8_TENSOR, Format.FP8_CHANNEL, Format.FP8_BLOCK
 NVFP4, MXFP4, MXFP8 = Format.NVFP4, Format.MXFP4, Format.MXFP8
 INT4_GROUP, INT8_GROUP, INT8_CHANNEL = Format.INT4_GROUP, Format.INT8_GROUP, Format.INT8_CHANNEL
+INT8_TENSOR, NF4, FP4 = Format.INT8_TENSOR, Format.NF4, Format.FP4
 FP8_KV, PLAIN_TENSOR, MIXED = Format.FP8_KV, Format.PLAIN_TENSOR, Format.MIXED
 UNKNOWN, AMBIGUOUS = Format.UNKNOWN, Format.AMBIGUOUS
 MODELOPT, COMPRESSED_TENSORS, DEEPSEEK = Convention.MODELOPT, Convention.COMPRESSED_TENSORS, Convention.DEEPSEEK
 GPT_OSS, GPTQ, AWQ, PLAIN = Convention.GPT_OSS, Convention.GPTQ, Convention.AWQ, Convention.PLAIN
+BITSANDBYTES, QUANTO, TORCHAO, QUARK = Convention.BITSANDBYTES, Convention.QUANTO, Convention.TORCHAO, Convention.QUARK
 
 UNQUANTIZED = frozenset({BF16, FP16, FP32, PLAIN_TENSOR})
 
@@ -71,6 +80,8 @@ class Scheme:
     scale_dtype: str | None = None  # safetensors dtype of the block/group scale
     weight_dtype: str | None = None  # safetensors dtype of the stored weight
     pack_axis: int | None = None  # int group formats: axis the ints are packed along
+    zero_points: bool | None = None  # True: zero points stored beside the scales (asymmetric capable)
+    candidates: tuple[Scheme, ...] = ()  # ambiguous: the schemes the header fits (settle.py picks one)
     reason: str | None = None  # why unknown/ambiguous, or a note
 
     @property

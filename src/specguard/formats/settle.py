@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats import scheme as s
@@ -32,11 +34,15 @@ def sniff_module(checkpoint: Checkpoint, module: Module) -> Sniff | None:
     return sniff_scale_bytes(checkpoint.read_bytes_range(name, SAMPLE_BYTES))
 
 
-def settle(checkpoint: Checkpoint, module: Module) -> tuple[Scheme, Sniff | None]:
-    """The module's scheme with ambiguity resolved by its bytes where possible."""
+def settle(checkpoint: Checkpoint, module: Module, claim: Scheme | None = None) -> tuple[Scheme, Sniff | None]:
+    """The module's scheme with ambiguity resolved by its bytes where possible
+    (``claim``: what the config declares, which wins where the bytes cannot be
+    read and it is among the schemes the header fits)."""
     sc = module.scheme
     if sc.format != s.AMBIGUOUS:
         return sc, None
+    if sc.candidates:
+        return _pick(checkpoint, module, claim), None
     try:
         sn = sniff_module(checkpoint, module)
     except CheckpointError:
@@ -49,3 +55,37 @@ def settle(checkpoint: Checkpoint, module: Module) -> tuple[Scheme, Sniff | None
     if sn.dtype != E8M0 and sc.group_size == 16:
         return replace(sc, format=s.NVFP4, convention=s.MODELOPT, reason=why), sn
     return replace(sc, reason=f"{sc.reason}; {why}, which fits neither mxfp4 (g32) nor nvfp4 (g16)"), sn
+
+
+_BITS = {s.INT4_GROUP: 4, s.INT8_GROUP: 8, s.INT8_CHANNEL: 8}
+_SHAPE_DTYPES = {"I64": "<i8", "I32": "<i4"}
+
+
+def _pick(checkpoint: Checkpoint, module: Module, claim: Scheme | None) -> Scheme:
+    """compressed-tensors pack-quantized: the width ``weight_shape`` gives, else the claim's."""
+    sc = module.scheme
+    fits, why = list(sc.candidates), "the config's claim, one of the schemes the header fits"
+    shape = _weight_shape(checkpoint, module)
+    packed = module.params.get("weight_packed")
+    if shape is not None and packed is not None and shape[-1] > 0:
+        bits = packed.shape[-1] * 32 // shape[-1]
+        fits = [c for c in fits if _BITS.get(c.format) == bits]
+        why = f"weight_shape {list(shape)}: {bits}-bit ints"
+        if len(fits) == 1:
+            return replace(fits[0], reason=why)
+    if claim is not None:
+        hit = next((c for c in fits if c.format == claim.format and claim.group_size in (None, c.group_size)), None)
+        if hit is not None:
+            return replace(hit, reason=why)
+    return replace(fits[0], reason=why) if fits and shape is not None else sc
+
+
+def _weight_shape(checkpoint: Checkpoint, module: Module) -> tuple[int, ...] | None:
+    t = module.params.get("weight_shape")
+    if t is None or t.dtype not in _SHAPE_DTYPES or checkpoint.root is None or t.nbytes > 64:
+        return None
+    try:
+        raw = checkpoint.read_bytes_range(t.name, t.nbytes)
+    except CheckpointError:
+        return None
+    return tuple(int(x) for x in np.frombuffer(raw, dtype=_SHAPE_DTYPES[t.dtype]))

@@ -16,6 +16,7 @@ from specguard.lint import (  # noqa: F401  (registration)
     rules_patterns,
     rules_routing,
     rules_scales,
+    rules_startup,
     rules_structure,
 )
 from specguard.lint.context import LintContext

@@ -26,11 +26,23 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
             yield Finding(
                 "SG301", ERROR,
                 f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
-                f"num_hidden_layers {n}) but no draft tensor is stored: an engine would serve a randomly "
-                "initialised drafter (0 % acceptance)",
+                f"num_hidden_layers {n}) but no draft tensor is stored: {_engine_on_missing_draft(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
                 "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
             )
+
+
+# The MTP loaders that check every promised layer was loaded (vLLM 0.33:
+# models/deepseek_mtp.py and models/deepseek_v4/*/mtp.py ``load_weights``, gated by
+# model_loader/mtp_validation.py, on by default).
+_MTP_CHECKED = ("deepseek_v3", "deepseek_v4")
+
+
+def _engine_on_missing_draft(r, first: int) -> str:
+    if r.layout.family in _MTP_CHECKED:
+        return (f"with speculative decoding on, {r.vllm.name} refuses to load it (ValueError: MTP speculative "
+                f"decoding layer {first} weights missing from checkpoint)")
+    return "an engine would serve a randomly initialised drafter (0 % acceptance)"
 
 
 @rule("SG302", "draft-layer-count-mismatch", WARNING,

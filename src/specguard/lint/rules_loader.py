@@ -28,9 +28,10 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
             for param in mod.params:
                 if param in dropped:
                     continue
-                t = res.checkpoint.tensors.get(f"{module}.{param}")
-                rest = f"{below}.{param}" if below else param
-                yield f"{module}.{param}", rest, t is not None and len(t.shape) == 3
+                # param "": a tensor named by its module (a fused [E, ...] ``experts.down_proj``)
+                name = f"{module}.{param}" if param else module
+                t = res.checkpoint.tensors.get(name)
+                yield name, ".".join(x for x in (below, param) if x), t is not None and len(t.shape) == 3
 
 
 @rule("SG702", "tensors-no-engine-parameter-takes", ERROR,

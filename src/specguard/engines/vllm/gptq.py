@@ -16,22 +16,20 @@ Sources (vllm 0.33.0): model_executor/layers/quantization/auto_gptq.py
   of a fused layer must agree, else ``ValueError``). Without that key,
   ``maybe_update_config`` fills it from the safetensors headers of every
   ``*.safetensors`` in the directory: the module of every non-float tensor.
+  Both facts live in engines/vllm/int_group.py (shared with AWQ).
 - Routed experts skip that check: only a ``-:`` rule keeps them unquantized.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specguard.declared.patterns import regex_match
+from specguard.engines.vllm.int_group import gptq_quantized
 from specguard.layouts.roles import HEAD_KIND as HEAD
 from specguard.layouts.roles import LINEAR, ROUTED_EXPERTS
-
-
-class MixedShards(ValueError):
-    """vLLM raises "Detected some but not all shards ... are quantized"."""
 
 
 @dataclass(frozen=True)
@@ -68,27 +66,6 @@ def _match(pattern: str, name: str) -> bool:
     return regex_match(pattern, name)
 
 
-def in_quantized_layers(prefix: str, quantized_layers: Sequence[str],
-                        packed: Mapping[str, Sequence[str]]) -> bool:
-    """gptq_utils.is_layer_gptq_quantized (the mixed-shard ValueError aside)."""
-    if not quantized_layers:
-        return True
-    proj = prefix.split(".")[-1]
-    if proj in packed:
-        hits = {any(layer in prefix.replace(proj, shard) for layer in quantized_layers)
-                for shard in packed[proj]}
-        if len(hits) > 1:
-            raise MixedShards(prefix)
-        return hits.pop()
-    return any(layer in prefix for layer in quantized_layers)
-
-
-def header_scan_layers(tensors: Iterable[tuple[str, str]]) -> list[str]:
-    """AutoGPTQConfig.maybe_update_config: modules of every non-float tensor in every
-    ``*.safetensors`` of the directory (F16/BF16/F32 are the float dtypes it skips)."""
-    return sorted({name.rsplit(".", 1)[0] for name, dtype in tensors if dtype not in ("F16", "BF16", "F32")})
-
-
 def gptq_builds(qc: Mapping[str, Any], prefix: str, kind: str, quantized_layers: Sequence[str],
                 packed: Mapping[str, Sequence[str]]) -> GptqDecision:
     dynamic: Mapping[str, Any] = qc.get("dynamic") or {}
@@ -97,8 +74,8 @@ def gptq_builds(qc: Mapping[str, Any], prefix: str, kind: str, quantized_layers:
         return GptqDecision(False, 16, -1, "lm_head is false")
     if kind not in (LINEAR, ROUTED_EXPERTS, HEAD):
         return GptqDecision(False, 16, -1, "not a quantizable layer")
-    # get_linear_quant_method computes is_layer_gptq_quantized first (it may raise)
-    listed = kind == ROUTED_EXPERTS or in_quantized_layers(prefix, quantized_layers, packed)
+    # get_linear_quant_method computes is_layer_gptq_quantized first (it may raise ShardsDisagree)
+    listed = kind == ROUTED_EXPERTS or gptq_quantized(prefix, quantized_layers, packed)
     rule = first_rule(dynamic, prefix)
     if rule is not None and rule.startswith("-:"):
         return GptqDecision(False, 16, -1, f"dynamic {rule!r} (first match) excludes it")

@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from specguard.declared import parse_declared
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared
 from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
-from specguard.declared.model import NATIVE, TARGET, UNQUANTIZED, Declared
+from specguard.declared.model import GPTQ_IN_BLOCK, NATIVE, TARGET, UNQUANTIZED, VLLM_SUBSTRING, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
 from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
 from specguard.declared.patterns import (
@@ -61,10 +62,16 @@ from specguard.declared.patterns import (
     regex_match,
     vllm_is_layer_skipped,
 )
+from specguard.declared.quark import QuarkDeclared, quark_scheme
+from specguard.declared.torchao import TorchAODeclared
 from specguard.engines import EngineChoice
 from specguard.engines.vllm import gptq
+from specguard.engines.vllm import int_group as ig
+from specguard.engines.vllm.startup import Refusal
+from specguard.engines.vllm.startup import refusals as startup_refusals
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
+from specguard.formats.table import Module
 from specguard.layouts import Layout, layout_for
 from specguard.layouts import roles as r
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, is_deepseek_v41, text_config
@@ -161,10 +168,11 @@ class Vllm033:
         draft_method: str | None = None,
         draft_config: Mapping[str, Any] | None = None,
         draft_hf_quant_config: Mapping[str, Any] | None = None,
-        stored_tensors: Sequence[tuple[str, str]] = (),
+        tensor_dtypes: Mapping[str, str] | None = None,
     ) -> None:
-        """``stored_tensors``: (name, dtype) of every tensor in every ``*.safetensors``
-        of the checkpoint directory, which GPTQ's ``maybe_update_config`` reads."""
+        """``tensor_dtypes`` (tensor name -> safetensors dtype) of every tensor in every
+        ``*.safetensors`` of the checkpoint directory: what vLLM's GPTQ/AWQ
+        ``maybe_update_config`` reads when the config names no module list."""
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
         self.platform = platform
@@ -174,6 +182,8 @@ class Vllm033:
         # An EAGLE drafter is a checkpoint of its own; the target's layout decides
         # which prefixes belong to the draft (layer index >= N).
         self.layout: Layout = layout_for(config, draft_method=None if self.draft_kind == r.EAGLE else draft_method)
+        self.hf_quant_config = hf_quant_config
+        self.tensor_dtypes = tensor_dtypes
         self.declared = parse_declared(config, hf_quant_config)
         self.draft_declared = (
             parse_declared(draft_config, draft_hf_quant_config) if draft_config is not None else self.declared
@@ -187,8 +197,6 @@ class Vllm033:
         self.expert_dtype = str(self.text.get("expert_dtype") or "fp4")
         self.moe_quant_algo = str(qc.get("moe_quant_algo") or "").upper() if isinstance(qc, Mapping) else ""
         self.quantization_config: Mapping[str, Any] = qc if isinstance(qc, Mapping) else {}
-        self.stored_tensors = tuple(stored_tensors)
-        self._gptq_layers: list[str] | None = None
 
     # -- which class, which lists --------------------------------------------
 
@@ -229,6 +237,12 @@ class Vllm033:
         the VL wrapper, has no class-level mapper) or non-V4 models."""
         return model not in (DSPARK_MODEL, EAGLE_MODEL) and self.model_type in DEEPSEEK_V4_TYPES and not self.v41
 
+    # -- start-up -----------------------------------------------------------------
+
+    def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        """Why vLLM 0.33 will not start on this checkpoint (engines/vllm/startup.py); empty if it starts."""
+        return startup_refusals(self.config, self.hf_quant_config, modules, self.layout, self.quant_config_class())
+
     # -- the routing ------------------------------------------------------------
 
     def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
@@ -267,13 +281,17 @@ class Vllm033:
                 return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
                                     "mxfp4.py Mxfp4Config.get_quant_method: every RoutedExperts", cls)
             return self._plain(d, cls, "UnquantizedLinearMethod", "mxfp4.py: linears stay unquantized")
+        if isinstance(d, QuarkDeclared):
+            return self._quark(d, cls, runtime_prefix, kind, model)
+        if isinstance(d, TorchAODeclared):  # torchao.py TorchAOConfig.get_quant_method
+            claim = d.scheme_for(runtime_prefix, kind=kind)
+            plain = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+            return EngineChoice(claim.scheme, "TorchAOLinearMethod" if claim.quantized else plain,
+                                f"torchao: {claim.source}", cls)
         if isinstance(d, IntGroupDeclared) and d.stack == s.GPTQ and model in (TARGET_MODEL, MTP_MODEL):
             return self._gptq(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
-            claim = d.scheme_for(runtime_prefix, kind=kind)
-            method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
-            return EngineChoice(claim.scheme, method if claim.quantized else "UnquantizedLinearMethod",
-                                f"{d.stack}: {claim.source}", cls)
+            return self._int_group(d, cls, runtime_prefix, kind, model)
         return self._plain(d, cls, "UnquantizedLinearMethod", "no quantization config")
 
     # -- helpers ----------------------------------------------------------------
@@ -296,7 +314,8 @@ class Vllm033:
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
         parent, _, leaf = prefix.rpartition(".")
-        if leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe"):
+        if (leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe")
+                and self.model_type not in GATE_WITH_QUANT_CONFIG):
             return True  # MoE routers: GateLinear(quant_config=None) in deepseek_v2.py / deepseek_v4
         if family == "qwen3_5" and prefix.endswith(_QWEN3_5_NO_QUANT):
             return True
@@ -313,24 +332,33 @@ class Vllm033:
             if hit is not None:
                 return self._plain(d, cls, unquantized, f"qwen3_5_mtp.py: dynamic {hit!r} makes "
                                    "Qwen3_5MultiTokenPredictor build the MTP layers with quant_config=None")
+        layers, _ = self.int_group_layers(d, model)
         try:
-            got = gptq.gptq_builds(qc, prefix, kind, self.gptq_quantized_layers(), self._packed(model))
-        except gptq.MixedShards:
-            return EngineChoice(Scheme(s.UNKNOWN, reason="mixed shards"), "ValueError",
-                                "is_layer_gptq_quantized: some but not all shards are quantized", cls)
+            got = gptq.gptq_builds(qc, prefix, kind, layers, self._packed(model))
+        except ig.ShardsDisagree as exc:
+            return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError",
+                                f"is_layer_gptq_quantized: {exc}", cls)
         if not got.quantized:
             return self._plain(d, cls, unquantized, f"gptq: {got.why}")
         method = "AutoGPTQMoEMethod" if kind == r.ROUTED_EXPERTS else "AutoGPTQLinearMethod"
         return EngineChoice(d.scheme_of(got.bits, got.group_size), method, f"gptq: {got.why}", cls)
 
     def gptq_quantized_layers(self) -> list[str]:
-        """``modules_in_block_to_quantize`` flattened, or what ``maybe_update_config`` reads
-        from the headers when the config has none."""
-        if self._gptq_layers is None:
-            listed = self.quantization_config.get("modules_in_block_to_quantize") or []
-            flat = [t for x in listed for t in (x if isinstance(x, list) else [x]) if isinstance(t, str)]
-            self._gptq_layers = flat or gptq.header_scan_layers(self.stored_tensors)
-        return self._gptq_layers
+        """``modules_in_block_to_quantize`` as the target's ``AutoGPTQConfig`` holds it."""
+        return self.int_group_layers(self.declared, TARGET_MODEL)[0]
+
+    def int_group_layers(self, d: Declared, model: str) -> tuple[list[str], str]:
+        """GPTQ's ``modules_in_block_to_quantize`` / AWQ's ``modules_to_not_convert`` as vLLM
+        holds them after ``maybe_update_config``, and where they come from: the config's
+        list (flattened) or, when it has none, engines/vllm/int_group.py's reading of the
+        directory's dtypes. The target and its MTP draft share one directory; a DSpark/EAGLE
+        draft reads its own, which this model does not hold, so it keeps the config's."""
+        own = [x.text for x in d.patterns if x.semantics in (GPTQ_IN_BLOCK, VLLM_SUBSTRING)]
+        if own or self.tensor_dtypes is None or model not in (TARGET_MODEL, MTP_MODEL):
+            return own, f"{d.stack}: the config's list"
+        quant, plain = ig.modules_by_dtype(self.tensor_dtypes)
+        return (quant if d.stack == s.GPTQ else plain), \
+            f"{d.stack}: maybe_update_config derives the list from the weights' dtypes"
 
     def _plain(self, d: Declared, cls: str | None, method: str, why: str) -> EngineChoice:
         return EngineChoice(d.unquantized, method, why, cls)
@@ -359,6 +387,56 @@ class Vllm033:
         ignored = self.ignored_layers(model)
         hit = vllm_is_layer_skipped(prefix, ignored, self._packed(model))
         return hit, f"ignored_layers as vLLM holds them for the {model} model: {list(ignored)}"
+
+    def _int_group(self, d: IntGroupDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """AWQ, and GPTQ for a DSpark/EAGLE draft (engines/vllm/int_group.py): the module
+        list as vLLM holds it (``int_group_layers``), merged layers expanded to their
+        shards; the rest of the claim (bits, group, dynamic, lm_head) is the config's.
+        The target's and MTP draft's GPTQ layers go through ``_gptq``."""
+        experts = kind == r.ROUTED_EXPERTS  # auto_awq.py / auto_gptq.py get_quant_method
+        method = f"Auto{'GPTQ' if d.stack == s.GPTQ else 'AWQ'}{'MoE' if experts else 'Linear'}Method"
+        unquantized = "UnquantizedFusedMoEMethod" if experts else "UnquantizedLinearMethod"
+        rest = replace(d, patterns=tuple(x for x in d.patterns if x.semantics not in (GPTQ_IN_BLOCK, VLLM_SUBSTRING)))
+        own, source = self.int_group_layers(d, model)
+        packed = self._packed(model) if kind == r.LINEAR else {}
+        if kind in (r.LINEAR, r.ROUTED_EXPERTS) or (kind == r.HEAD_KIND and d.lm_head):
+            try:
+                if d.stack == s.GPTQ:
+                    skipped = kind != r.ROUTED_EXPERTS and not ig.gptq_quantized(prefix, own, packed)
+                else:
+                    skipped = ig.awq_skipped(prefix, own, packed)
+            except ig.ShardsDisagree as exc:
+                return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", str(exc), cls)
+            if skipped:
+                return self._plain(d, cls, unquantized, f"{source}: {prefix} is not quantized")
+        claim = rest.scheme_for(prefix, kind=kind)
+        return EngineChoice(claim.scheme, method if claim.quantized else unquantized,
+                            f"{d.stack}: {claim.source}", cls)
+
+    def _quark(self, d: QuarkDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """quark/quark.py ``QuarkConfig.get_quant_method`` / ``get_quant_method_target``:
+        ``should_ignore_layer`` over the merged layer's shards, then the shards' layer
+        config (``_find_matched_config``), whose weight spec picks the scheme."""
+        if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
+            return self._plain(d, cls, "None", "QuarkConfig.get_quant_method: not a LinearBase/RoutedExperts")
+        leaf = prefix.rsplit(".", 1)[-1]
+        shards = [prefix.replace(leaf, sh) for sh in self._packed(model).get(leaf, ())] or [prefix]
+        unquant = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+        direct = d.excluded(prefix, kind)
+        hits = [direct] if direct else [d.excluded(sh, kind) for sh in shards]
+        if any(hits) and not all(hits):
+            return EngineChoice(Scheme(s.UNKNOWN, reason="shards excluded differently"), "ValueError",
+                                f"quark/utils.py should_ignore_layer raises for {prefix}: some shards excluded", cls)
+        if hits[0] is not None:
+            return self._plain(d, cls, unquant, f"should_ignore_layer: {hits[0]}")
+        found = [d.config_for(sh) for sh in shards]
+        if any(c != found[0][0] for c, _ in found):
+            return EngineChoice(Scheme(s.UNKNOWN, reason="shards configured differently"), "ValueError",
+                                f"quark.py _find_matched_config raises for {prefix}: shards differ", cls)
+        cfg, source = found[0]
+        scheme = quark_scheme(cfg)
+        method = _QUARK_MOE.get(scheme.format, "RuntimeError") if kind == r.ROUTED_EXPERTS else "QuarkLinearMethod"
+        return EngineChoice(scheme, method, f"quark.py QuarkConfig.get_quant_method: {source}", cls)
 
     def _fp8(self, d: Fp8Declared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
         # expert_dtype / moe_quant_algo come from the target's hf_config (lazy properties).
@@ -451,6 +529,12 @@ class Vllm033:
             method = {s.NVFP4: "ModelOptNvFp4FusedMoE", s.MXFP8: "ModelOptMxFp8FusedMoE",
                       s.FP8_BLOCK: "Fp8MoEMethod" if d.quant_algo == "MIXED_PRECISION" else "ModelOptFp8MoEMethod",
                       }.get(scheme.format, "ModelOptFp8MoEMethod")
+            if method == "ModelOptFp8MoEMethod" and scheme.format in (s.FP8_BLOCK, s.FP8_CHANNEL):
+                # ModelOptFp8Config.FusedMoEMethodCls whatever the algo: its create_weights
+                # makes per-tensor w13/w2_weight_scale (PerTensorScaleParameter), so per-block
+                # or per-channel expert scales do not load into it.
+                scheme = Scheme(s.FP8_TENSOR, s.MODELOPT, scale_dtype="F32", weight_dtype="F8_E4M3")
+                why += " (ModelOptFp8MoEMethod: per-tensor expert scales)"
         else:
             method = "ModelOptLinearMethod"
         return EngineChoice(scheme, method, f"modelopt.py get_quant_method: {why}", cls)
@@ -585,7 +669,22 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "mxfp4": f"{_QC}.mxfp4.GptOssMxfp4Config",
         "gptq": f"{_QC}.auto_gptq.AutoGPTQConfig",
         "awq": f"{_QC}.auto_awq.AutoAWQConfig",
+        "quark": f"{_QC}.quark.quark.QuarkConfig",
+        "torchao": f"{_QC}.torchao.TorchAOConfig",
     }.get(d.stack)
+
+
+# Model classes whose router is built with the model's quant_config (qwen3_moe.py
+# Qwen3MoeSparseMoeBlock, lfm2_moe.py, k2_horizon.py: ``GateLinear(..., quant_config=quant_config)``).
+GATE_WITH_QUANT_CONFIG = frozenset({"qwen3_moe", "lfm2_moe", "k2_horizon"})
+
+# quark/quark_moe.py QuarkMoEMethod.get_moe_method_target: the experts method per weight scheme.
+_QUARK_MOE = {
+    s.INT4_GROUP: "QuarkW4A16Int4MoEMethod", s.FP8_TENSOR: "QuarkW8A8Fp8MoEMethod",
+    s.FP8_CHANNEL: "QuarkW8A8Fp8MoEMethod", s.FP8_BLOCK: "QuarkW8A8Fp8MoEMethod",
+    s.MXFP4: "QuarkOCP_MX_MoEMethod", s.MXFP8: "QuarkW8A8Mxfp8MoEMethod", s.NVFP4: "QuarkNvfp4MoEMethod",
+    s.INT8_TENSOR: "QuarkW8A8Int8MoEMethod", s.INT8_CHANNEL: "QuarkW8A8Int8MoEMethod",
+}
 
 
 __all__ = [
