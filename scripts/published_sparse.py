@@ -1,7 +1,7 @@
 """Sparse copies of published checkpoints: real tensor names, shapes and dtypes
-derived from each publisher's config.json (tests/data/published/<name>/, with
-SOURCES.md saying where every file came from), shards grouped the way the
-publisher's index groups them, data sections left as holes so a 700 GB model
+derived from each publisher's config.json (tests/data/published/<name>/;
+tests/data/published/SOURCES.md says where every file came from), shards grouped
+as save_pretrained groups them (model order, 5 GB each), data sections left as holes so a 700 GB model
 costs a few MB of disk, and plausible scale bytes (written with specguard's
 codecs) where the content rules read.
 
@@ -111,7 +111,7 @@ def _v3_mlp(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) -> It
 
 
 def deepseek_v3(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
-    """DeepSeek-V3/R1 as deepseek-ai publishes it (README_WEIGHTS.md): FP8 block
+    """DeepSeek-V3/R1 as deepseek-ai publishes it (DeepSeek's weights README): FP8 block
     linears with F32 ``weight_scale_inv``; MTP at ``model.layers.{N}`` with
     ``embed_tokens``, ``enorm``, ``hnorm``, BF16 ``eh_proj`` and ``shared_head``.
     A ModelOpt NVFP4 export of it (``hq`` given): every linear NVFP4 except the

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,6 +29,8 @@ from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
+from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
+from specguard.layouts.roles import EAGLE
 
 OK = "ok"
 MISROUTED = "misrouted"
@@ -54,6 +56,7 @@ class Route:
     reason: str
     missing: tuple[str, ...] = ()  # tensors the build needs that the disk lacks
     unmatched: tuple[str, ...] = ()  # patterns that match this module's checkpoint names only
+    shards: tuple[str, ...] = ()  # a fused layer's shard prefixes, as the engine tests exclusions on them
     sniff: Sniff | None = field(default=None, compare=False)
 
 
@@ -64,18 +67,29 @@ class Resolver:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
-                 target: Resolver | None = None, platform: str = "cuda") -> None:
+                 target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None) -> None:
         """``target``: for a separate drafter checkpoint (DSpark/EAGLE
         ``speculative_config.model``), the target it drafts for. The drafter's
         stored and declared schemes come from its own files; only vLLM's
-        choice (which reuses the target's quant config) needs the target."""
+        choice (which reuses the target's quant config) needs the target.
+        ``own_draft``: whether this checkpoint's own draft layers (MTP/DSpark
+        stored beside the target) are served; False when the draft comes from
+        another checkpoint (an EAGLE head, ``--draft``): the target model skips
+        them on load (deepseek_v2.py ``load_weights``: spec layers ``continue``)
+        and no draft model is built from them. Default: False for a target
+        served with ``draft_method="eagle"``, else True."""
+        if own_draft is None:
+            own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
+                             and not is_eagle_drafter(checkpoint.config or {}))
+        self.own_draft = own_draft
         self.checkpoint = checkpoint
         self.table: ModuleTable = classify(checkpoint)
         self.config: Mapping = checkpoint.config or {}
         self.target = target
         try:
+            external = not own_draft and target is None  # laid out as itself, its draft served elsewhere
             self.layout: Layout = layout_for(
-                dict(self.config), draft_method=draft_method,
+                dict(self.config), draft_method=None if external else draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
         except LayoutError as e:  # too little said, or counts no model has
@@ -96,6 +110,8 @@ class Resolver:
                                 draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups = self.layout.group_by_runtime_prefix(self.table.modules)
+        if not self.own_draft:  # stored, never loaded: not part of what this serve builds
+            self._groups = {p: ns for p, ns in self._groups.items() if not self.layout.role(ns[0]).is_draft}
         self._alias: dict[str, str] = {}
         for prefix, names in self._groups.items():
             for name in names:
@@ -109,19 +125,20 @@ class Resolver:
     @classmethod
     def open(cls, source: str | os.PathLike[str], *, revision: str | None = None, remote: bool = False,
              draft_method: str | None = None, target: Resolver | None = None,
-             platform: str = "cuda") -> Resolver:
+             platform: str = "cuda", own_draft: bool | None = None) -> Resolver:
         """One header pass per checkpoint per process (memoized, thread-safe).
 
         ``source``: a local directory or file, or a HF repo id resolved
         through the local HF cache (``remote=True``: headers over HTTP)."""
         p = Path(source)
         where = str(p.resolve()) if p.exists() else str(source)
-        key = (where, revision, remote, draft_method, id(target), platform)
+        key = (where, revision, remote, draft_method, id(target), platform, own_draft)
         with cls._lock:
             hit = cls._cache.get(key)
             if hit is None:
                 ckpt = open_checkpoint(source, revision=revision, remote=remote)
-                hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform)
+                hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform,
+                                            own_draft=own_draft)
             return hit
 
     @classmethod
@@ -218,21 +235,26 @@ class Resolver:
         first = names[0]
         role, kind = self.layout.role(first), self.layout.module_kind(first)
         stored, sniff = self._stored(mods)
-        declared = self.declared_config.scheme_for(prefix, kind=kind)
+        model = self._vllm_model if role.is_draft else None
+        shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
+        declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
-        vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
+        if stored is not None and not stored.quantized and not declared.quantized:
+            declared = replace(declared, scheme=stored)  # "keep it unquantized" keeps its dtype: F32 stays F32
+        vllm = self.vllm.not_built(prefix, model) or self.vllm.builds(prefix, kind=kind, model=model)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
-        unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
+        unmatched = self._unmatched(first, kind, shards) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
         return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
-                     missing, unmatched, sniff)
+                     missing, unmatched, shards, sniff)
 
-    def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
-        """Exclusion patterns that match the checkpoint name but no runtime spelling:
-        the author meant this module, the engine will never see it matched."""
+    def _unmatched(self, name: str, kind: str, shards: tuple[str, ...]) -> tuple[str, ...]:
+        """Exclusion patterns that match the checkpoint name but nothing the engine tests:
+        no runtime spelling and, for a fused layer, no shard (the author meant this
+        module, the engine will never see it matched)."""
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
@@ -240,7 +262,8 @@ class Resolver:
             if pat.semantics == FNMATCHCASE and kind != "routed_experts":
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
-            if pat.matches(name) and not any(pat.matches(p) for p in engine):
+            if pat.matches(name) and not any(pat.matches(p) for p in engine) and not any(
+                    pat.matches_shard(sh) for sh in shards):
                 out.append(str(pat))
         return tuple(out)
 
@@ -250,6 +273,8 @@ class Resolver:
                      MISSING, "no tensor on disk maps to this runtime prefix")
 
     def _missing_draft_layers(self) -> list[int]:
+        if not self.own_draft:
+            return []
         present = {r.layer for r in (self.layout.role(n) for n in self.table.modules) if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 

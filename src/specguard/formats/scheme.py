@@ -25,7 +25,7 @@ INT4_GROUP = "int4_group"
 INT8_GROUP = "int8_group"
 INT8_CHANNEL = "int8_channel"
 FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
-PLAIN_OTHER = "plain"  # a non-float standalone tensor (ids, masks)
+PLAIN_OTHER = "integer"  # a non-float standalone tensor (ids, masks, expert maps); labelled by its dtype
 MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
 UNKNOWN = "unknown"
 AMBIGUOUS = "ambiguous"
@@ -70,6 +70,8 @@ class Scheme:
             parts.append(self.convention)
         if self.scale_dtype and self.format in (MXFP4, MXFP8, FP8_BLOCK, AMBIGUOUS):
             parts.append(self.scale_dtype.lower().removeprefix("f8_"))
+        if self.format == PLAIN_OTHER and self.weight_dtype:
+            parts.append(self.weight_dtype.lower())
         if self.block:
             parts.append(f"{self.block[0]}x{self.block[1]}")
         elif self.group_size:

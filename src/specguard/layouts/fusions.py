@@ -15,6 +15,7 @@ _NORM_LEAVES = frozenset({"norm", "enorm", "hnorm", "layernorm", "ln", "ln_f"})
 _OTHER_LEAVES = frozenset({
     "attn_sink", "ape", "tid2eid", "e_score_correction_bias", "bias", "sinks",
     "inv_freq", "rotary_emb",
+    "d2t", "t2d",  # EAGLE-3 vocabulary maps (llama_eagle3.py: draft_id_to_target_id buffer)
 })
 
 

@@ -25,11 +25,19 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
             yield Finding(
                 "SG301", ERROR,
                 f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
-                f"num_hidden_layers {n}) but no draft tensor is stored: an engine would serve a randomly "
-                "initialised drafter (0 % acceptance)",
+                f"num_hidden_layers {n}) but no draft tensor is stored: {_consequence(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
                 "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
             )
+
+
+def _consequence(r, layer: int) -> str:
+    """What vLLM 0.33 does with a promised draft that has no tensor."""
+    if r.layout.draft_kind == "mtp" and r.layout.family in ("deepseek_v3", "deepseek_v4"):
+        # deepseek_mtp.py / models/deepseek_v4/nvidia/mtp.py load_weights: the MTP completeness check
+        return (f"vLLM 0.33 refuses to load the MTP drafter (ValueError: MTP speculative decoding layer {layer} "
+                "weights missing from checkpoint); the target alone serves")
+    return "an engine would serve a randomly initialised drafter (0 % acceptance)"
 
 
 @rule("SG302", "draft-layer-count-mismatch", WARNING,
@@ -48,6 +56,48 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
             parts.append(f"runtime layer(s) {extra} stored but not declared")
         yield Finding(
             "SG302", WARNING, f"draft layers: {'; '.join(parts)}",
-            tuple(f"model.layers.{i}" for i in absent + extra),
-            "make num_nextn_predict_layers agree with the draft layers stored",
+            tuple(f"model.layers.{i}" for i in absent + extra), _count_fix(r, len(stored)),
         )
+
+
+def _count_fix(r, stored: int) -> str:
+    """Name the field the serving draft model reads, and only that one: a DSpark model
+    counts its stages from ``n_mtp_layers`` (dspark.py), which MTP readers ignore, while
+    ``num_nextn_predict_layers`` also sets how many MTP layers other engines build."""
+    if r.layout.draft_kind == "dspark":
+        return (f'set "n_mtp_layers": {stored} in config.json (read by vLLM 0.33\'s DSpark models only; '
+                "leave num_nextn_predict_layers, which MTP readers use, as it is)")
+    return f'set "num_nextn_predict_layers": {stored} to match the draft layers stored'
+
+
+
+@rule("SG303", "draft-inputs-missing", ERROR,
+      "The draft method builds input modules (MTP's e_proj/h_proj/enorm/hnorm, DSpark's main_proj) that the "
+      "stored draft lacks: they are never loaded and stay uninitialized.")
+def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        stored = _stored_draft_layers(ctx, r)
+        if not stored:
+            continue  # no draft at all: SG301
+        absent = [p for layer, prefixes in r.layout.draft_inputs() if layer is None or layer in stored
+                  for p in prefixes if r.canonical(p) is None]
+        if not absent:
+            continue
+        kind = r.layout.draft_kind or "mtp"
+        leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
+        yield Finding(
+            "SG303", ERROR,
+            f"draft method {kind}: vLLM 0.33 builds {', '.join(leaves)} for the draft but the checkpoint stores "
+            f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
+            "they would stay uninitialized",
+            tuple(absent), _method_fix(ctx, r, kind),
+        )
+
+
+def _method_fix(ctx: LintContext, r, kind: str) -> str:
+    """Name the draft method whose own modules the checkpoint stores, when that is another."""
+    reasons = " ".join(rt.vllm.reason for rt in ctx.routes(r) if rt.vllm is not None and rt.vllm.method == "not built")
+    for method, mark in (("dspark", "a DSpark module"), ("mtp", "an MTP module")):
+        if method != kind and mark in reasons:
+            return f"serve it with the draft method it stores modules for (speculative_config method {method!r})"
+    return f"store the {kind} draft's input modules, or serve with the draft method the stored draft is for"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fnmatch import fnmatchcase
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
+from specguard.declared.index import NameIndex
 from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.lint.context import LintContext, describe
@@ -14,6 +14,7 @@ from specguard.lint.registry import rule
 from specguard.resolve import Resolver
 
 _VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
+MODELOPT_GLOB = FNMATCHCASE  # the entry read as a plain glob
 
 
 def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
@@ -40,20 +41,33 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
       "An ignore/exclude pattern matches no runtime prefix the engine builds, so it excludes nothing.")
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
+        patterns = r.declared_config.exclusions
+        if not patterns:
+            continue
         modules = list(r.table.modules)
         spellings = {m: r.layout.runtime_prefixes(m) for m in modules}
         runtime = sorted({p for ps in spellings.values() for p in ps})
-        for pat in r.declared_config.exclusions:
-            if any(q.matches(p) for q in _engine_spellings(r, pat) for p in engine_names(r, pat, runtime)):
+        # One index per name set: each pattern is then a scan of a joined text, not a
+        # Python loop over 45,000 names (item 10 of issue 12).
+        indexes = {False: NameIndex(runtime)}
+        shards = sorted({sh for rt in ctx.routes(r) for sh in rt.shards})
+        checkpoint = NameIndex(modules)
+        for pat in patterns:
+            v41 = pat.semantics == FNMATCHCASE
+            if v41 not in indexes:
+                indexes[v41] = NameIndex(engine_names(r, pat, runtime))
+            if any(indexes[v41].any(q) for q in _engine_spellings(r, pat)):
                 continue
-            yield _finding(r, pat, modules, spellings)
+            if any(pat.matches_shard(sh) for sh in shards):  # vLLM tests a fused layer's shards too
+                continue
+            yield _finding(r, pat, checkpoint, spellings)
 
 
-def _finding(r: Resolver, pat: Pattern, modules: list[str], spellings: dict) -> Finding:
-    hits = [m for m in modules if pat.matches(m)]
+def _finding(r: Resolver, pat: Pattern, checkpoint: NameIndex, spellings: dict) -> Finding:
+    hits = checkpoint.matching(pat)
     where = "matches checkpoint names only" if hits else "matches no module name at all"
     if not hits and pat.semantics in _VLLM:
-        hits = [m for m in modules if fnmatchcase(m, pat.text)]
+        hits = checkpoint.matching(Pattern(pat.text, MODELOPT_GLOB, pat.key, pat.effect, pat.group))
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({spellings[m][0] for m in hits})
