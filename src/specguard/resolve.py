@@ -25,7 +25,7 @@ from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41
 from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
-from specguard.formats.settle import settle
+from specguard.formats.settle import name_convention, settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
@@ -219,11 +219,15 @@ class Resolver:
 
     def _stored(self, mods: list[Module]) -> tuple[Scheme | None, Sniff | None]:
         settled = [settle(self.checkpoint, m) for m in mods]
-        schemes = [sc for sc, _ in settled]
+        stack = self.declared_config.stack
+        schemes = [name_convention(sc, stack) for sc, _ in settled]
         sniff = next((sn for _, sn in settled if sn is not None), None)
         formats = {sc.format for sc in schemes}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
+        common = [f for f in formats if all(sc.fits(f) for sc in schemes)]
+        if common:  # shards stored alike under one of their readings (a one-block shard beside a wider one)
+            return schemes[0].reading(common[0]), sniff
         parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
         return Scheme(s.MIXED, reason=parts), sniff
 
@@ -243,6 +247,9 @@ class Resolver:
         if stored is not None and not stored.quantized and not declared.quantized:
             declared = replace(declared, scheme=stored)  # "keep it unquantized" keeps its dtype: F32 stays F32
         vllm = self.vllm.not_built(prefix, model) or self.vllm.builds(prefix, kind=kind, model=model)
+        if stored is not None and stored.readings:  # the bytes fit several schemes: the claim wins if among them
+            stored = stored.reading(declared.scheme.format if stored.fits(declared.scheme.format)
+                                    else vllm.scheme.format)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG

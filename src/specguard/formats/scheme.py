@@ -7,7 +7,7 @@ declares and what an engine builds, so the three compare with ``==`` on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 # Format names (the field's words). "ambiguous" means the header alone cannot
 # decide (e.g. a U8 scale that may hold E8M0 or E4M3 bytes); "unknown" carries
@@ -58,6 +58,24 @@ class Scheme:
     weight_dtype: str | None = None  # safetensors dtype of the stored weight
     pack_axis: int | None = None  # int group formats: axis the ints are packed along
     reason: str | None = None  # why unknown/ambiguous, or a note
+    # Other schemes the same tensors fit (a 128x128 FP8 weight with a [1, 1] scale is
+    # per-tensor and one 128x128 block alike): a claim among them is not contradicted.
+    readings: tuple[Scheme, ...] = field(default=(), compare=False, repr=False)
+
+    def fits(self, fmt: str) -> bool:
+        """Is ``fmt`` this scheme's format or one of its other readings'?"""
+        return fmt == self.format or any(r.format == fmt for r in self.readings)
+
+    def reading(self, fmt: str) -> Scheme:
+        """This storage read as ``fmt`` (itself when ``fmt`` is no reading of it); the
+        other readings stay attached."""
+        if fmt == self.format:
+            return self
+        hit = next((r for r in self.readings if r.format == fmt), None)
+        if hit is None:
+            return self
+        return replace(hit, readings=(replace(self, readings=()),
+                                      *(r for r in self.readings if r is not hit)))
 
     @property
     def quantized(self) -> bool:
