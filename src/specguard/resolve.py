@@ -67,7 +67,8 @@ class Resolver:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
-                 target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None) -> None:
+                 target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None,
+                 table: ModuleTable | None = None) -> None:
         """``target``: for a separate drafter checkpoint (DSpark/EAGLE
         ``speculative_config.model``), the target it drafts for. The drafter's
         stored and declared schemes come from its own files; only vLLM's
@@ -82,8 +83,9 @@ class Resolver:
             own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
                              and not is_eagle_drafter(checkpoint.config or {}))
         self.own_draft = own_draft
+        self.draft_method = draft_method
         self.checkpoint = checkpoint
-        self.table: ModuleTable = classify(checkpoint)
+        self.table: ModuleTable = table if table is not None else classify(checkpoint)
         self.config: Mapping = checkpoint.config or {}
         self.target = target
         try:
@@ -140,6 +142,13 @@ class Resolver:
                 hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform,
                                             own_draft=own_draft)
             return hit
+
+    def with_configs(self, config: Mapping, hf_quant_config: Mapping | None) -> Resolver:
+        """The same checkpoint routed under other config files (a proposed fix applied):
+        the headers and their classification are shared, nothing is re-read."""
+        ckpt = replace(self.checkpoint, config=config, hf_quant_config=hf_quant_config)
+        return Resolver(ckpt, draft_method=self.draft_method, target=self.target, platform=self.platform,
+                        own_draft=self.own_draft, table=self.table)
 
     @classmethod
     def clear_cache(cls) -> None:

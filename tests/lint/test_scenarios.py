@@ -58,9 +58,11 @@ def test_dead_ignore_pattern_proposes_runtime_names(scenarios):
     s2 = next(f for f in lint(resolvers_for(scenarios["s2"])).findings if f.code == "SG101")
     assert s2.data["pattern"] == r"re:.*mtp\..*"
     assert all(p.startswith("model.layers.") for p in s2.data["runtime_prefixes"])
-    assert "match the runtime prefixes instead" in s2.fix
+    assert 'replace config.json quantization_config.ignore[1] by "re:model' in s2.fix
+    assert s2.data["edits"] == [{"file": "config.json", "path": ["quantization_config", "ignore"], "op": "splice",
+                                 "value": [r"re:model\.layers\.2\."], "index": 1}]
     s1 = next(f for f in lint(resolvers_for(scenarios["s1"])).findings if f.code == "SG101")
-    assert s1.data["pattern"] == "mtp.*" and '"ignore": ["mtp.*"]' in s1.fix
+    assert s1.data["pattern"] == "mtp.*" and 'add "mtp.*" to config.json quantization_config.ignore' in s1.fix
 
 
 def test_header_only_rules_read_no_bytes(scenarios):
