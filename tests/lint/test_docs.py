@@ -216,6 +216,8 @@ VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "s1-unshared-w13": ("s1", lambda d: _edit_tensors(d, _unshared_w13)),
     "s1-stray-shard": ("s1", _stray_mtp_shard),
     "s1-no-e_proj": ("s1", lambda d: _edit_tensors(d, _drop_e_proj)),
+    "mo_nvfp4-stale-config": ("mo_nvfp4", lambda d: _edit_config(
+        d, lambda c: c["quantization_config"].update(ignore=["model.embed_tokens", "model.layers.1.mlp.gate"]))),
     "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
 }
 

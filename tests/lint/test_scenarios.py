@@ -132,3 +132,24 @@ def test_one_block_weights_read_as_declared(sized):
     rt = r.route("model.layers.0.attn.fused_wqa_wkv")
     assert rt.verdict == "ok" and rt.stored.format == "fp8_block"
     assert any(x.format == "fp8_tensor" for x in rt.stored.readings)
+
+
+def test_v41_style_ignore_list_lints_clean(scenarios, tmp_path):
+    """Issue 12 item 7: a ModelOpt-style ``ignore`` as V4.1 conversions write it. vLLM 0.33's
+    V4.1 quant config matches it against routed-expert names only (``_is_nvfp4_expert_layer``):
+    ``mtp.*`` routes the draft experts to MXFP4; the non-expert entries are never read and
+    change nothing, so none is a dead pattern."""
+    import json
+    import shutil
+
+    from specguard.resolve import Resolver
+
+    d = tmp_path / "s1-v41-ignore"
+    shutil.copytree(scenarios["s1"].path, d)
+    cfg = json.loads((d / "config.json").read_text())
+    q = cfg["quantization_config"]
+    del q["ignored_layers"]
+    q["ignore"] = ["*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    findings = lint([Resolver.open(d)]).findings
+    assert not findings, [f"{f.code}: {f.message}" for f in findings]

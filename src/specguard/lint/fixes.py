@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from specguard.declared.edits import ConfigEdit, apply_all
 from specguard.errors import SpecguardError
-from specguard.lint.context import LintContext
+from specguard.lint.context import LintContext, QuantFiles
 from specguard.resolve import OK, Resolver, Route
 
 
@@ -57,3 +57,44 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
 
 def describe_edits(edits: Sequence[ConfigEdit]) -> str:
     return "; ".join(str(e) for e in edits)
+
+
+def quant_files(ctx: LintContext, r: Resolver) -> QuantFiles | None:
+    """Route ``r`` as if config.json had no quantization_config, so that vLLM would read
+    hf_quant_config.json (model_loader/weight_utils.py ``get_quant_config`` reads the
+    file only then), and compare the claims prefix by prefix."""
+    cfg = r.checkpoint.config or {}
+    if not r.checkpoint.hf_quant_config or not _quantization_config(cfg):
+        return None
+    other = rerouted_as(r, _without_quantization_config(cfg), r.checkpoint.hf_quant_config)
+    if other is None:
+        return None
+    now = {rt.prefix: rt for rt in ctx.routes(r)}
+    alt = {rt.prefix: rt for rt in other.routes()}
+    differ = tuple(p for p, rt in now.items() if p in alt and rt.declared is not None and alt[p].declared is not None
+                   and rt.declared.scheme.format != alt[p].declared.scheme.format)
+    if not differ:
+        return None
+    explained = frozenset(p for p in differ if now[p].verdict != OK and alt[p].verdict == OK)
+    return QuantFiles(differ, explained)
+
+
+def rerouted_as(r: Resolver, config: dict, hf_quant: object) -> Resolver | None:
+    try:
+        return r.with_configs(config, hf_quant)
+    except (SpecguardError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _quantization_config(cfg: object) -> object:
+    if not isinstance(cfg, dict):
+        return None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    return cfg.get("quantization_config") or text.get("quantization_config")
+
+
+def _without_quantization_config(cfg: dict) -> dict:
+    out = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"] = {k: v for k, v in out["text_config"].items() if k != "quantization_config"}
+    return out

@@ -11,7 +11,7 @@ from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
-from specguard.lint.finding import WARNING, Finding
+from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.fixes import checked, describe_edits
 from specguard.lint.registry import rule
 from specguard.resolve import Resolver
@@ -136,3 +136,23 @@ def _layer_of(prefix: str) -> str:
         if part == "layers" and parts[i + 1].isdigit():
             return ".".join(parts[: i + 2]) + ".*"
     return prefix
+
+
+@rule("SG103", "quant-config-files-disagree", WARNING,
+      "config.json's quantization_config and hf_quant_config.json claim different schemes; the engine reads "
+      "config.json's only, so the other file's claim has no effect.")
+def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        qf = ctx.quant_files(r)
+        if qf is None:
+            continue
+        msg = (f"config.json's quantization_config and hf_quant_config.json claim different schemes for "
+               f"{len(qf.differ)} runtime module(s) ({describe(qf.differ)}); {r.vllm.name} reads config.json's "
+               "(model_loader/weight_utils.py get_quant_config; hf_quant_config.json only without it)")
+        if qf.explained:
+            msg += (f": {len(qf.explained)} of them are built other than stored because of it "
+                    f"({describe(sorted(qf.explained))}), reported here once instead of module by module")
+        # an error when the engine misbuilds modules because of it (their SG2xx findings are folded in here)
+        yield Finding("SG103", ERROR if qf.explained else WARNING, msg, tuple(qf.differ),
+                      "make config.json's quantization_config say what hf_quant_config.json says (the engine "
+                      "reads config.json), or delete the stale file", data={"explained": sorted(qf.explained)})

@@ -41,7 +41,9 @@ def needs(scheme: Scheme) -> tuple[tuple[str, ...], ...]:
 def _groups(ctx: LintContext, pick) -> Iterator[tuple[tuple, list[Route]]]:
     """Routes that ``pick`` selects, grouped by the key it returns (one finding per group)."""
     groups: dict[tuple, list[Route]] = defaultdict(list)
-    for _, rt in ctx.all_routes():
+    for res, rt in ctx.all_routes():
+        if rt.prefix in ctx.explained(res):
+            continue  # SG103 reports the cause once
         key = pick(rt)
         if key is not None:
             groups[key].append(rt)
@@ -61,6 +63,8 @@ def _misrouted(rt: Route) -> bool:
 def stored_differs(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[tuple[Resolver, Route]]] = defaultdict(list)
     for res, rt in ctx.all_routes():
+        if rt.prefix in ctx.explained(res):
+            continue  # SG103 reports the cause once
         if _misrouted(rt) and rt.stored.quantized and rt.vllm.scheme.quantized:
             key = (id(res), role_label(rt.role), rt.kind, rt.stored.format, rt.vllm.method, rt.declared.source)
             groups[key].append((res, rt))
