@@ -16,7 +16,7 @@ SRC = ROOT / "src" / "specguard"
 # Same level, different stage: no import either way.
 LEVELS = {
     "errors": 0, "_version": 0,
-    "checkpoint": 1, "usage": 1,
+    "checkpoint": 1, "usage": 1, "terminal": 1,
     "formats": 2,
     "codecs": 3, "layouts": 3, "guard": 3,
     "declared": 4, "factory": 4,
