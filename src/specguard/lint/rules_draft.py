@@ -48,6 +48,8 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
         stored = _stored_draft_layers(ctx, r)
         if not stored or stored == promised:
             continue
+        if any(rt.vllm is not None and rt.vllm.method == "not built" for rt in ctx.routes(r)):
+            continue  # the stored draft is another method's (SG303): no count fits it, none to advise
         extra, absent = sorted(stored - promised), sorted(promised - stored)
         parts = []
         if absent:
