@@ -10,6 +10,7 @@ and routes by its own disk and config, never by the target's.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import ClassVar
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.declared.index import NameIndex
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError, UsageError
@@ -274,14 +276,22 @@ class Resolver:
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
-        for pat in self.declared_config.exclusions:
+        for pat, hits in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
+            if name not in hits:
+                continue
             if pat.semantics == FNMATCHCASE and kind != "routed_experts":
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
-            if pat.matches(name) and not any(pat.matches(p) for p in engine) and not any(
-                    pat.matches_shard(sh) for sh in shards):
+            if not any(pat.matches(p) for p in engine) and not any(pat.matches_shard(sh) for sh in shards):
                 out.append(str(pat))
         return tuple(out)
+
+    @functools.cached_property
+    def _exclusion_hits(self) -> list[frozenset[str]]:
+        """The checkpoint module names each exclusion entry matches, found once per entry
+        (declared/index.py) instead of once per entry per module."""
+        index = NameIndex(self.table.modules)
+        return [frozenset(index.matching(pat)) for pat in self.declared_config.exclusions]
 
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)
