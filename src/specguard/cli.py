@@ -55,6 +55,12 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     return run_rule(args)
 
 
+def _cmd_fix(args: argparse.Namespace) -> int:
+    from specguard.commands.fix import run_fix
+
+    return run_fix(args)
+
+
 def _demo(argv: list[str]) -> int:
     try:
         from specguard.engine.demo import main as demo_main
@@ -140,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?", help="a rule code, e.g. SG201 (`specguard rule --all` lists them)")
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
+
+    p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "")
+    _source_args(p)
+    p.add_argument("--out", metavar="DIR", help="new or empty directory for the repaired checkpoint")
+    p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, repaired with the target")
+    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
+    p.add_argument("--platform", choices=["cuda", "rocm", "cpu", "all"], default="all",
+                   help="vLLM platform classes the repair must route right on (default: all)")
+    p.add_argument("--diff", action="store_true", help="print the config change (and a --hf-overrides JSON)")
+    p.set_defaults(func=_cmd_fix)
 
     sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch; "
                                 "`specguard demo --help`)")
