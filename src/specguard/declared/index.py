@@ -95,7 +95,10 @@ class NameIndex:
                     return None
                 if sem == m.MODELOPT:  # exact, legacy substring, fnmatch (is_layer_excluded)
                     out |= self._substring(e, want_all) | self._experts_rule(e)
-                out |= self._regex(glob, want_all)
+                if any(c in e for c in "*?"):
+                    out |= self._regex(glob, want_all)
+                elif sem == m.FNMATCHCASE:  # no wildcard: a glob is an equality test
+                    out |= {e} & self._set
                 if out and not want_all:
                     return out
             return out
