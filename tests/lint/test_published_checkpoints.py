@@ -109,4 +109,6 @@ def test_labels(checkpoints):
     assert tid.stored.format not in ("plain",) and tid.vllm.method == "Parameter"
     eagle = Resolver.open(checkpoints["eagle3-llama3.1-8b"])
     d2t = next(rt for rt in eagle.routes() if rt.prefix.endswith("d2t") or "d2t" in rt.prefix)
-    assert d2t.vllm.method != "UnquantizedLinearMethod"
+    assert d2t.vllm.method == "Parameter" and d2t.stored.short() == "integer (i64)"
+    mimo = Resolver.open(checkpoints["mimo-7b"])
+    assert mimo.route("model.embed_tokens").vllm.method == "UnquantizedEmbeddingMethod"

@@ -153,3 +153,15 @@ def test_v41_style_ignore_list_lints_clean(scenarios, tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     findings = lint([Resolver.open(d)]).findings
     assert not findings, [f"{f.code}: {f.message}" for f in findings]
+
+
+@pytest.mark.parametrize("name", ["s1", "s4", "s5"])
+def test_lint_says_what_route_says_is_declared(scenarios, name):
+    """Issue 12 item 6: a finding's "declared" is route's "declared as", never what the engine builds."""
+    rs = resolvers_for(scenarios[name])
+    declared = {rt.prefix: rt.declared.scheme.short() for r in rs for rt in r.routes() if rt.declared}
+    for f in lint(rs).findings:
+        if f.code != "SG201":
+            continue
+        shown = f.message.split("; declared ", 1)[1].split(" by ", 1)[0]
+        assert {declared[p] for p in f.data["targets"]} == {shown}, f.message
