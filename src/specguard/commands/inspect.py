@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Mapping
+from typing import cast
 
 from rich.console import Console
 from rich.table import Table
@@ -17,7 +18,7 @@ from specguard.formats.scheme import Scheme
 from specguard.formats.settle import stored_scheme
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
-from specguard.layouts.roles import role_label
+from specguard.layouts.roles import RoleName, role_label
 from specguard.layouts.runs import group_runs
 from specguard.terminal import console, escape, print_table
 
@@ -69,7 +70,7 @@ def module_records(table: ModuleTable, roles: Mapping[str, Role],
         sc = stored[m.name] if stored else m.scheme
         out.append({
             "module": m.name,
-            "role": roles[m.name].kind,
+            "role": roles[m.name].name,
             "draft_kind": roles[m.name].draft_kind,
             "format": sc.format,
             "convention": sc.convention,
@@ -110,9 +111,9 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
     t.add_column("count", justify="right")
     t.add_column("size", justify="right")
     for run in runs:
-        label, role, missing = run.key  # type: ignore[misc]
+        label, role, missing = cast(tuple[str, str, tuple[str, ...]], run.key)
         label = escape(label)
-        mods: list[Module] = run.items  # type: ignore[assignment]
+        mods = cast(list[Module], run.items)
         if missing:
             label += f" [red]missing {escape(','.join(missing))}[/]"
         reason = stored[mods[0].name].reason
@@ -145,6 +146,6 @@ def _totals(table: ModuleTable, roles: Mapping[str, Role], stored: Mapping[str, 
 
 
 def _role_order(label: str) -> tuple[int, str]:
-    order = ("main", "draft", "embedding", "head")
+    order = tuple(RoleName)
     first = label.split(" ")[0]
     return (order.index(first) if first in order else len(order), label)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -17,7 +17,7 @@ SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
 
 @contextmanager
-def _progress_bar(label: str) -> Iterator[callable]:
+def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True)
     task = None
 

@@ -54,10 +54,13 @@ class ConfigEdit:
         items = list(parent.get(leaf) or [])
         if self.op == "extend":
             items += [v for v in self.value if v not in items]
-        elif self.op == "remove":
-            del items[self.index]
         else:
-            items[self.index:self.index + 1] = list(self.value)
+            if self.index is None:
+                raise ValueError(f"{self.op} needs an index")
+            if self.op == "remove":
+                del items[self.index]
+            else:
+                items[self.index:self.index + 1] = list(self.value)
         parent[leaf] = items
         return cfg, hf
 

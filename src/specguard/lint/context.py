@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from specguard.layouts.runs import group_runs
 from specguard.resolve import Resolver, Route
+
+if TYPE_CHECKING:
+    from specguard.lint.content import ScaleSamples
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,7 @@ class QuantFiles:
 class LintContext:
     resolvers: list[Resolver]
     _routes: dict[int, list[Route]] = field(default_factory=dict)
-    _scales: dict[int, list] = field(default_factory=dict)
+    _scales: dict[int, ScaleSamples] = field(default_factory=dict)
     _files: dict[int, QuantFiles | None] = field(default_factory=dict)
 
     def quant_files(self, r: Resolver) -> QuantFiles | None:
@@ -40,7 +44,7 @@ class LintContext:
         qf = self.quant_files(r)
         return qf.explained if qf else frozenset()
 
-    def scales(self, r: Resolver) -> list:
+    def scales(self, r: Resolver) -> ScaleSamples:
         """Scale samples (lint/content.py), read once per lint run and shared by the rules."""
         from specguard.lint.content import read_scales
 

@@ -11,7 +11,7 @@ config (the specguard vLLM plugin).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from specguard.declared.edits import ConfigEdit, apply_all
 from specguard.errors import SpecguardError
@@ -63,34 +63,37 @@ def quant_files(ctx: LintContext, r: Resolver) -> QuantFiles | None:
     """Route ``r`` as if config.json had no quantization_config, so that vLLM would read
     hf_quant_config.json (model_loader/weight_utils.py ``get_quant_config`` reads the
     file only then), and compare the claims prefix by prefix."""
-    cfg = r.checkpoint.config or {}
-    if not r.checkpoint.hf_quant_config or not _quantization_config(cfg):
+    cfg = dict(r.checkpoint.config or {})
+    hf = r.checkpoint.hf_quant_config
+    if not hf or not _quantization_config(cfg):
         return None
-    other = rerouted_as(r, _without_quantization_config(cfg), r.checkpoint.hf_quant_config)
+    other = rerouted_as(r, _without_quantization_config(cfg), hf)
     if other is None:
         return None
     now = {rt.prefix: rt for rt in ctx.routes(r)}
     alt = {rt.prefix: rt for rt in other.routes()}
-    differ = tuple(p for p, rt in now.items() if p in alt and rt.declared is not None and alt[p].declared is not None
-                   and rt.declared.scheme.format != alt[p].declared.scheme.format)
+    differ = tuple(p for p, rt in now.items() if p in alt and _claim(rt) is not None and _claim(alt[p]) is not None
+                   and _claim(rt) != _claim(alt[p]))
     if not differ:
         return None
     explained = frozenset(p for p in differ if now[p].verdict != OK and alt[p].verdict == OK)
     return QuantFiles(differ, explained)
 
 
-def rerouted_as(r: Resolver, config: dict, hf_quant: object) -> Resolver | None:
+def _claim(rt: Route) -> str | None:
+    return rt.declared.scheme.format if rt.declared is not None else None
+
+
+def rerouted_as(r: Resolver, config: Mapping, hf_quant: Mapping | None) -> Resolver | None:
     try:
         return r.with_configs(config, hf_quant)
     except (SpecguardError, ValueError, KeyError, TypeError):
         return None
 
 
-def _quantization_config(cfg: object) -> object:
-    if not isinstance(cfg, dict):
-        return None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    return cfg.get("quantization_config") or text.get("quantization_config")
+def _quantization_config(cfg: Mapping) -> object:
+    text = cfg.get("text_config")
+    return cfg.get("quantization_config") or (text.get("quantization_config") if isinstance(text, dict) else None)
 
 
 def _without_quantization_config(cfg: dict) -> dict:
