@@ -32,6 +32,10 @@ def kind_of(rest: str) -> r.ModuleKind:
         return r.NORM
     if leaf in _OTHER_LEAVES or leaf.startswith("hc_"):
         return r.OTHER
+    if leaf == "markov_w1":  # qwen3_dspark.py DSparkMarkovHead: an nn.Embedding ...
+        return r.EMBEDDING_KIND
+    if leaf == "markov_w2":  # ... and a ParallelLMHead
+        return r.HEAD_KIND
     return r.LINEAR
 
 

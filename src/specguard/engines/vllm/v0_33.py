@@ -310,10 +310,14 @@ class Vllm033:
         family = self.layout.family
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
-        if family == "deepseek_v4" and (".markov_head." in f".{prefix}" or ".confidence_head." in f".{prefix}"):
-            # dspark.py: DSparkMarkovHead(...) without quant_config (markov_w1 nn.Embedding,
-            # markov_w2 ParallelLMHead(quant_config=None)); DSparkConfidenceHead.proj a
-            # ReplicatedLinear(params_dtype=float32) without quant_config (qwen3_dspark.py)
+        dotted = f".{prefix}"
+        if ".confidence_head." in dotted or dotted.endswith(".markov_w1"):
+            # qwen3_dspark.py: DSparkConfidenceHead.proj is a ReplicatedLinear(params_dtype=float32)
+            # built without a quant config; DSparkMarkovHead.markov_w1 an nn.Embedding
+            return True
+        if family == "deepseek_v4" and ".markov_head." in dotted:
+            # deepseek_v4/nvidia/dspark.py builds DSparkMarkovHead without quant_config, so its
+            # markov_w2 ParallelLMHead gets none (Qwen3 DSpark passes its quant config on)
             return True
         parent, _, leaf = prefix.rpartition(".")
         if leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe"):
