@@ -418,10 +418,9 @@ def test_dspark_heads_are_built_as_the_dspark_models_build_them():
     import inspect
 
     import vllm.model_executor.models.qwen3_dspark as q3
+    from vllm.models.deepseek_v4.nvidia.dspark import DSparkDeepseekV4Model
 
     from specguard.engines.vllm.v0_33 import Vllm033
-
-    from vllm.models.deepseek_v4.nvidia.dspark import DSparkDeepseekV4Model
 
     def markov_call(src: str) -> str:  # the arguments of the DSparkMarkovHead(...) call
         return src.split("DSparkMarkovHead(", 1)[1].split("\n        )", 1)[0]
