@@ -249,7 +249,7 @@ class Resolver:
         formats = {sc.format for sc in schemes}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
-        common = [f for f in formats if all(sc.fits(f) for sc in schemes)]
+        common = sorted(f for f in formats if all(sc.fits(f) for sc in schemes))
         if common:  # shards stored alike under one of their readings (a one-block shard beside a wider one)
             return schemes[0].reading(common[0]), sniff
         parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
