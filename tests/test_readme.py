@@ -23,3 +23,18 @@ def test_library_snippet_runs_as_printed() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})
     assert out.getvalue().splitlines() == expected
+
+
+def test_qwen_lint_output_is_what_lint_prints(tmp_path: Path) -> None:
+    from specguard.cli import main
+    from specguard.factory import write_scenario
+
+    text = README.read_text()
+    block = text[text.index("<!-- output of: specguard factory q1 q1 && specguard lint q1 -->"):]
+    shown = re.search(r"```\n(.*?)```", block, re.S).group(1)
+    path = write_scenario("q1", tmp_path / "q1").path
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["lint", str(path)])
+    got = out.getvalue().replace(str(path), "q1")
+    assert " ".join(got.split()) == " ".join(shown.split())

@@ -118,7 +118,9 @@ class Resolver:
         self.platform = platform
         self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
-            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method)
+            stored = tuple((n, t.dtype) for n, t in checkpoint.tensors.items())
+            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
+                                stored_tensors=stored)
             self._vllm_model: str | None = None
         else:
             t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None

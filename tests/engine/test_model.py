@@ -78,14 +78,34 @@ def test_dspark_drafter_uses_dspark_checkpoint_names() -> None:
     assert not any(n.startswith(("mtp.0.norm", "mtp.1.norm", "mtp.0.e_proj", "embed", "head")) for n in names)
 
 
-def test_dspark_cached_drafting_matches_full_recompute() -> None:
+def test_dspark_cached_block_drafting_matches_full_recompute() -> None:
+    # the decode path (context written into static caches, then one query block)
+    # computes what the training path computes for the same anchors
     torch.manual_seed(2)
     model, drafter = Transformer(TINY).eval(), DSparkDrafter(TINY, n_stages=2).eval()
-    tokens = torch.randint(0, 256, (1, 12))
+    tokens = torch.randint(1, 256, (1, 14))
+    anchors = torch.tensor([5, 9])
     with torch.no_grad():
         _, feats = model(tokens, capture=drafter.target_layers)
         assert feats.shape[-1] == 2 * TINY.dim
-        full, _ = drafter(model, feats[:, :-1], tokens[:, 1:])
+        full = drafter(model, feats, tokens, anchors, block=3)  # [1, 2, 3, V]
         caches = model.new_caches(2)
-        parts = [drafter(model, feats[:, a:b], tokens[:, a + 1 : b + 1], caches)[0] for a, b in ((0, 6), (6, 11))]
-    torch.testing.assert_close(torch.cat(parts, dim=1), full)
+        parts, done = [], 0
+        for a in anchors.tolist():
+            # context up to the anchor, written over the previous block's slots
+            drafter.write_context(model, feats[:, done:a], torch.arange(done, a), caches)
+            parts.append(drafter.draft(model, tokens[0, a : a + 1], torch.arange(a, a + 3), caches))
+            done = a
+    torch.testing.assert_close(torch.stack(parts, dim=1), full)
+
+
+def test_dspark_block_sees_no_context_at_or_after_its_anchor() -> None:
+    torch.manual_seed(3)
+    model, drafter = Transformer(TINY).eval(), DSparkDrafter(TINY, n_stages=2).eval()
+    tokens = torch.randint(1, 256, (1, 12))
+    with torch.no_grad():
+        _, feats = model(tokens, capture=drafter.target_layers)
+        before = drafter(model, feats, tokens, torch.tensor([6]), block=3)
+        feats[:, 6:] = torch.randn_like(feats[:, 6:])  # later target states: not yet verified
+        after = drafter(model, feats, tokens, torch.tensor([6]), block=3)
+    torch.testing.assert_close(before, after)

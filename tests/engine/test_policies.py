@@ -33,7 +33,9 @@ def results(infos: dict[str, ScenarioInfo]) -> dict[tuple[str, str], PolicyResul
     # many short continuations: the policies' models then decode (nearly) the same
     # text, so acceptance differences measure the drafters, not the text
     prompts = prompts_from_held_out(12, length=48)
-    return {case: run_case(*case, infos, prompts, 32, 3, "cpu") for case in CASES}
+    # a collapsed drafter needs few steps to show it (and each costs a full verify)
+    return {case: run_case(*case, infos, prompts[:2] if case[1] == "global" else prompts, 32, 3, "cpu")
+            for case in CASES}
 
 
 @pytest.mark.parametrize("scenario", ["s1", "s2", "s4"])
@@ -73,13 +75,14 @@ def test_guard_names_the_draft_scales_global_leaves_unwritten(infos: dict[str, S
     good = load_policy(infos["s1"].path, "resolver")
     assert good.report is not None and good.report.ok
     assert bad.report is not None
-    p = "model.layers.4.mtp_block.ffn.experts.routed_experts."
+    mtp = load_weights().cfg.n_layers  # vLLM numbers the MTP layer after the main ones
+    p = f"model.layers.{mtp}.mtp_block.ffn.experts.routed_experts."
     assert bad.report.names("never_written") == tuple(
         p + n for n in ("w13_input_scale", "w13_weight_scale_2", "w2_input_scale", "w2_weight_scale_2"))
     # E8M0 [.., in/32] bytes fill only the left half of the E4M3 [.., in/16] slots
     assert bad.report.names("partly_written") == (p + "w13_weight_scale", p + "w2_weight_scale")
-    assert bad.expert_routes["model.layers.4.ffn.experts"] == "nvfp4"
-    assert good.expert_routes["model.layers.4.ffn.experts"] == "mxfp4"
+    assert bad.expert_routes[f"model.layers.{mtp}.ffn.experts"] == "nvfp4"
+    assert good.expert_routes[f"model.layers.{mtp}.ffn.experts"] == "mxfp4"
 
 
 def test_global_policy_agrees_with_the_loaders_own_vllm_rule(infos: dict[str, ScenarioInfo]) -> None:

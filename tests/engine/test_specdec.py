@@ -6,10 +6,18 @@ import pytest
 import torch
 
 from specguard.engine.model import Transformer
-from specguard.engine.specdec import DSparkDraft, SpecStats, greedy_generate, speculative_generate
+from specguard.engine.specdec import (
+    DSparkDraft,
+    MTPDrafter,
+    Runner,
+    SpecStats,
+    cache_size,
+    greedy_generate,
+    speculative_generate,
+)
 from specguard.engine.weights import load_dspark, load_weights
 
-NEW = 40
+NEW = 24
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -19,6 +27,19 @@ def test_output_identical_to_plain_greedy(trained: Transformer, prompts: list[li
         spec = speculative_generate(trained, prompt, NEW, k=k)
         assert spec.tokens == plain
         assert spec.stats is not None and spec.stats.num_accepted_tokens > 0
+
+
+def test_runner_reused_across_prompts_matches_one_off_runs(
+    trained: Transformer, prompts: list[list[int]]
+) -> None:
+    # static buffers carry state between runs: a reused runner must reset all of it
+    runner = Runner(trained, MTPDrafter(trained), 3, cache_size(max(map(len, prompts)), NEW, 3))
+    for prompt in (prompts[0], prompts[1][:20], prompts[0]):
+        spec, plain = runner.speculative(prompt, NEW), runner.greedy(prompt, NEW)
+        once = speculative_generate(trained, prompt, NEW, k=3)
+        assert spec.tokens == plain.tokens == once.tokens
+        assert spec.stats is not None and once.stats is not None
+        assert spec.stats.accepted_per_pos == once.stats.accepted_per_pos
 
 
 def test_separate_dspark_drafter_is_lossless_and_accepted(

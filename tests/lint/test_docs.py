@@ -201,6 +201,24 @@ def _gptq_group48(d: Path) -> None:
     save_file(ts, path, read_header(path).metadata)
 
 
+def _index_extra_file(d: Path) -> None:
+    """Name model_extra_tensors.safetensors's tensors in the index (add-mtp-weights.py does this)."""
+    extra = d / "model_extra_tensors.safetensors"
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    tensors = read_header(extra).tensors
+    index["weight_map"] |= {n: extra.name for n in tensors}
+    index["metadata"]["total_size"] += sum(t.offsets[1] - t.offsets[0] for t in tensors.values())
+    (d / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def _expert_first(ts: dict) -> None:
+    """``experts.{proj}.{e}.x`` -> ``experts.{e}.{proj}.x`` (the names vLLM's loader maps)."""
+    for n in [n for n in ts if re.search(r"\.experts\.[a-z_]+_proj\.\d+\.", n)]:
+        head, rest = n.split(".experts.")
+        proj, e, tail = rest.split(".", 2)
+        ts[f"{head}.experts.{e}.{proj}.{tail}"] = ts.pop(n)
+
+
 # name -> (base checkpoint, edit)
 VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "s2-fixed": ("s2", lambda d: _edit_config(
@@ -219,6 +237,8 @@ VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "mo_nvfp4-stale-config": ("mo_nvfp4", lambda d: _edit_config(
         d, lambda c: c["quantization_config"].update(ignore=["model.embed_tokens", "model.layers.1.mlp.gate"]))),
     "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
+    "q2-fixed": ("q2", _index_extra_file),
+    "q3-fixed": ("q3", lambda d: _edit_tensors(d, _expert_first)),
 }
 
 

@@ -21,6 +21,16 @@ EXPECTED = {
     "s7": {"SG301"},
     "s8": set(),
     "s8-nvfp4": set(),
+    # Qwen3.5 / 3.6 (issue 19; docs/qwen3_5.md)
+    "q0": set(),
+    "q1": {"SG203"},
+    "q1-dense": set(),  # vLLM 0.33's header scan keeps the BF16 MTP linears unquantized
+    "q1-listed": {"SG203"},
+    "q2": {"SG303", "SG601"},
+    "q3": {"SG701"},
+    "q4": {"SG204"},
+    "q4-fc": {"SG203"},
+    "q0-ct": set(),
 }
 NVFP4_PER_TENSOR = ["w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"]
 

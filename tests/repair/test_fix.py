@@ -19,9 +19,9 @@ from specguard.repair import shards
 from tests.repair.conftest import fix
 
 PLATFORMS = ("cuda", "rocm", "cpu")
-BROKEN = {"s1", "s1-dspark", "s1-u8", "s2", "s4", "s7"}
-CLEAN = {"s3", "s3-fp8", "s6", "s8", "s8-nvfp4"}
-UNREPAIRABLE = {"s5"}
+BROKEN = {"s1", "s1-dspark", "s1-u8", "s2", "s4", "s7", "q1", "q1-listed", "q2", "q3", "q4-fc"}
+CLEAN = {"s3", "s3-fp8", "s6", "s8", "s8-nvfp4", "q0", "q0-ct", "q1-dense"}
+UNREPAIRABLE = {"s5", "q4"}
 
 
 def test_every_scenario_is_classified() -> None:
@@ -338,3 +338,42 @@ def test_across_filesystems_every_other_file_is_a_symlink(scenarios, tmp_path: P
     assert all(os.readlink(out / n) == str(src / n) for n in links)
     monkeypatch.undo()
     assert _route_and_lint(out, "cpu", False) == (0, 0)
+
+
+def test_q1_the_corrected_dynamic_is_the_only_change(scenarios, repaired) -> None:
+    src, out = scenarios["q1"].path, repaired("q1")
+    written = [p.name for p in out.iterdir() if p.stat().st_ino != (src / p.name).stat().st_ino]
+    assert written == ["config.json"]
+    q = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert list(q["dynamic"]) == ["-:.*mtp.*", "-:.*attn.*", "-:.*shared_expert.*"]
+
+
+def test_q2_the_index_names_the_drafter_file(scenarios, repaired) -> None:
+    src, out = scenarios["q2"].path, repaired("q2")
+    written = [p.name for p in out.iterdir() if p.stat().st_ino != (src / p.name).stat().st_ino]
+    assert written == ["model.safetensors.index.json"]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    drafts = {n for n in scenarios["q2"].tensors if n.startswith("mtp.")}
+    assert {n for n, f in index["weight_map"].items() if f == "model_extra_tensors.safetensors"} == drafts
+    assert open_checkpoint(out).outside_index == ()
+
+
+@pytest.mark.parametrize(("name", "says"), [("q4", "no repair strategy")])
+def test_what_fix_cannot_write_yet_is_one_line_and_nothing_written(scenarios, tmp_path: Path, name: str, says: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert fix(scenarios[name].path, tmp_path / "out") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and says in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_q3_the_expert_tensors_are_renamed_byte_for_byte(scenarios, repaired) -> None:
+    src, out = open_checkpoint(scenarios["q3"].path), open_checkpoint(repaired("q3"))
+    old = {n for n in src.tensors if ".experts.down_proj." in n or ".experts.gate_proj." in n
+           or ".experts.up_proj." in n}
+    assert len(old) == 48 and not old & set(out.tensors)
+    for n in old:
+        head, rest = n.split(".experts.")
+        proj, e, tail = rest.split(".", 2)
+        new = f"{head}.experts.{e}.{proj}.{tail}"
+        assert out.read_bytes(new) == src.read_bytes(n)

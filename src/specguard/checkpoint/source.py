@@ -48,6 +48,9 @@ class Checkpoint:
     index: Mapping[str, object] | None = None  # the index's "metadata" (total_size), when indexed
     unindexed: tuple[str, ...] = ()  # tensors a shard stores but the index omits (loaders skip them)
     unreferenced: tuple[str, ...] = ()  # *.safetensors in the directory the index never names
+    # tensors read from those files (names the indexed shards do not already hold):
+    # stored, but an engine that follows the index never opens their file
+    outside_index: tuple[str, ...] = ()
     bytes_read: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
 
     @functools.cached_property
@@ -174,17 +177,32 @@ def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
             progress(i + 1, len(files))
     tensors = _merge(headers, weight_map)
     index = unindexed = unreferenced = None
+    outside: list[str] = []
     if weight_map is not None:
         index = meta
         # _merge proved every index entry is stored; equal counts leave nothing unindexed
         unindexed = () if len(tensors) == len(weight_map) else tuple(n for n in tensors if n not in weight_map)
         named = set(files)
-        unreferenced = tuple(sorted(p.name for p in root.glob("*.safetensors") if p.name not in named))
+        unreferenced = tuple(sorted(p.name for p in root.glob("*.safetensors")
+                                    if p.name not in named and p.is_file()))
+        files = [*files, *unreferenced]
+        for f in unreferenced:
+            outside += _outside_index(read_header(root / f, f), tensors)
     return Checkpoint(
         name, root, tuple(files), tensors, _json_file(root, "config.json"),
         _json_file(root, "hf_quant_config.json"), index=index, unindexed=unindexed or (),
-        unreferenced=unreferenced or (),
+        unreferenced=unreferenced or (), outside_index=tuple(outside),
     )
+
+
+def _outside_index(header: FileHeader, tensors: dict[str, TensorInfo]) -> list[str]:
+    """Add a file the index never names: its tensors are stored truth (a drafter an
+    exporter forgot to index), but a name the indexed shards hold is a stale copy
+    (vLLM's ``filter_duplicate_safetensors_files`` drops the file) and is skipped."""
+    added = [n for n in header.tensors if n not in tensors]
+    for n in added:
+        tensors[n] = header.tensors[n]
+    return added
 
 
 def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:

@@ -103,8 +103,11 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
     ckpt: Checkpoint = table.checkpoint
     stored = stored or {m.name: m.scheme for m in table}
     runs = group_runs((m.name, (stored[m.name].short(), role_label(roles[m.name]), m.missing), m) for m in table)
-    t = Table(title=f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)",
-              title_justify="left")
+    title = f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)"
+    if ckpt.outside_index:  # read all the same: the stored truth (lint SG303/SG601 say what loaders do)
+        files = sorted({ckpt.tensors[n].file for n in ckpt.outside_index})
+        title += f"; {len(ckpt.outside_index):,} in {escape(', '.join(files))}, which the index never names"
+    t = Table(title=title, title_justify="left")
     t.add_column("modules")
     t.add_column("stored as")
     t.add_column("role")

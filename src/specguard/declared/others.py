@@ -48,6 +48,10 @@ class IntGroupDeclared(Declared):
     lm_head: bool = False
     dynamic: dict[str, dict] = field(default_factory=dict)
 
+    def scheme_of(self, bits: int, group: int | None) -> Scheme:
+        """The scheme ``bits``-bit groups of ``group`` are stored in by this stack."""
+        return self._scheme(bits, group)
+
     def _scheme(self, bits: int, group: int | None) -> Scheme:
         fmt = {4: s.INT4_GROUP, 8: s.INT8_GROUP}.get(bits)
         if fmt is None:
@@ -62,18 +66,18 @@ class IntGroupDeclared(Declared):
             return self._plain(f"{self.stack} does not quantize embeddings")
         if kind == r.HEAD_KIND and not self.lm_head:
             return self._plain(f"{key}.lm_head is false")
-        neg = next((x for x in self.patterns if x.semantics == GPTQ_DYNAMIC and x.text.startswith("-:")
-                    and x.matches(name)), None)
-        if neg is not None:
-            return self._plain("", neg)
-        skip = next((x for x in self.patterns if x.effect == UNQUANTIZED and x.matches(name)), None)
+        # gptq_utils.get_dynamic_override: the first rule (dict order) that matches decides
+        first = next((x for x in self.patterns if x.semantics == GPTQ_DYNAMIC and x.matches(name)), None)
+        if first is not None and first.text.startswith("-:"):
+            return self._plain("", first)
+        skip = next((x for x in self.patterns if x.effect == UNQUANTIZED and x.semantics != GPTQ_DYNAMIC
+                     and x.matches(name)), None)
         if skip is not None:
             return self._plain("", skip)
         in_block = [x for x in self.patterns if x.semantics == GPTQ_IN_BLOCK]
         if in_block and kind == r.LINEAR and not any(x.matches(name) for x in in_block):
             return self._plain(f"{key}.modules_in_block_to_quantize does not list it")
-        pos = next((x for x in self.patterns if x.semantics == GPTQ_DYNAMIC and not x.text.startswith("-:")
-                    and x.matches(name)), None)
+        pos = first
         if pos is not None:
             override = self.dynamic.get(pos.text, {})
             bits = override.get("bits", self.bits)

@@ -31,14 +31,7 @@ import torch.nn.functional as F
 
 from specguard.engine.corpus import read_split, stdlib_dir, unigram_bits_per_byte
 from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
-from specguard.engine.specdec import (
-    Drafter,
-    DSparkDraft,
-    MTPDrafter,
-    SpecStats,
-    greedy_generate,
-    speculative_generate,
-)
+from specguard.engine.specdec import Drafter, DSparkDraft, MTPDrafter, Runner, SpecStats, cache_size
 from specguard.engine.weights import load_weights, save_dspark, save_weights
 
 LN2 = math.log(2.0)
@@ -61,6 +54,8 @@ class TrainConfig:
     eval_windows: int = 192
     dspark_steps: int = 0  # > 0: also train a separate DSpark-style drafter on the frozen target
     dspark_stages: int = 3
+    dspark_block: int = 3  # query block (draft tokens per pass) the DSpark drafter trains on
+    dspark_stride: int = 8  # one block anchored every this many positions of a window
     time_limit_s: float = 0.0  # 0: none; else the target phase stops at 80 % of it, the rest at 100 %
     spec_prompts: int = 16  # held-out prompts for the final speculative-decoding check
 
@@ -88,36 +83,48 @@ def eval_windows(data: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     return windows[idx.to(data.device)].long()
 
 
+def dspark_anchors(t: int, block: int, stride: int, offset: int, device: torch.device) -> torch.Tensor:
+    """Anchor positions of DSpark query blocks in a window of t positions, every
+    ``stride`` from ``offset``, each leaving room for its ``block`` labels."""
+    return torch.arange(offset, t - block + 1, stride, device=device)
+
+
 @torch.no_grad()
 def evaluate(model: Transformer, windows: torch.Tensor, dspark: DSparkDrafter | None = None,
-             batch: int = 32) -> dict[str, float]:
-    """Held-out bits/byte of the target and of each drafter's next-next prediction,
-    and how often a drafter's argmax equals the target's (the teacher-forced
-    counterpart of position-0 acceptance)."""
+             batch: int = 32, block: int = 3) -> dict[str, float]:
+    """Held-out bits/byte of the target, of MTP's next-next prediction and of
+    DSpark's block (mean over its positions), and how often a drafter's first
+    argmax equals the target's (the teacher-forced counterpart of position-0
+    acceptance)."""
     model.eval()
     sums: dict[str, float] = {}
-    n_t = n_d = 0
+    counts: dict[str, int] = {}
 
-    def add(key: str, value: float) -> None:
+    def add(key: str, value: float, n: int) -> None:
         sums[key] = sums.get(key, 0.0) + value
+        counts[key] = counts.get(key, 0) + n
 
-    def score(name: str, logits: torch.Tensor, target_logits: torch.Tensor, y: torch.Tensor) -> None:
-        add(f"{name}_bpb", F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item())
-        add(f"{name}_agree", (logits.argmax(-1) == target_logits.argmax(-1)).sum().item())
+    def score(name: str, logits: torch.Tensor, labels: torch.Tensor, first: torch.Tensor,
+              target_first: torch.Tensor) -> None:
+        ce = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), reduction="sum").item()
+        add(f"{name}_bpb", ce, labels.numel())
+        add(f"{name}_agree", (first.argmax(-1) == target_first.argmax(-1)).sum().item(), first.shape[:-1].numel())
 
     for chunk in windows.split(batch):
         x, y = chunk[:, :-1], chunk[:, 1:]
         logits, hidden = model(x)
-        add("target_bpb", F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item())
-        score("mtp", model.mtp_forward(hidden[:, :-1], x[:, 1:])[0], logits[:, 1:], y[:, 1:])
+        add("target_bpb", F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item(),
+            y.numel())
+        mtp = model.mtp_forward(hidden[:, :-1], x[:, 1:])[0]
+        score("mtp", mtp, y[:, 1:], mtp, logits[:, 1:])
         if dspark is not None:
-            _, dfeats = model(x, capture=dspark.target_layers)
-            score("dspark", dspark(model, dfeats[:, :-1], x[:, 1:])[0], logits[:, 1:], y[:, 1:])
-        n_t += y.numel()
-        n_d += y[:, 1:].numel()
+            _, feats = model(x, capture=dspark.target_layers)
+            anchors = dspark_anchors(x.shape[1], block, stride=8, offset=1, device=x.device)
+            dlogits = dspark(model, feats, x, anchors, block)  # [B, M, block, V]
+            labels = chunk[:, anchors[:, None] + 1 + torch.arange(block, device=x.device)]
+            score("dspark", dlogits, labels, dlogits[:, :, 0], logits[:, anchors])
     model.train()
-    out = {k: v / (n_t if k == "target_bpb" else n_d) for k, v in sums.items()}
-    return {k: v / LN2 if k.endswith("bpb") else v for k, v in out.items()}
+    return {k: v / counts[k] / (LN2 if k.endswith("bpb") else 1.0) for k, v in sums.items()}
 
 
 def _optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
@@ -199,20 +206,24 @@ def _phases(model: Transformer, dspark: DSparkDrafter | None, cfg: TrainConfig) 
 
     def mtp_loss(batch: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():  # the target is frozen: its hidden state is an input, as in MTP
-            _, hidden = model(batch[:, :-2])
-        logits, _ = model.mtp_forward(hidden, batch[:, 1:-1])
-        return _ce(logits, batch[:, 2:]) + cfg.aux_loss_coef * model.moe_aux_loss(model.mtp)
+            _, hidden = model(batch[:, :-3])
+        logits, own = model.mtp_forward(hidden, batch[:, 1:-2])
+        # a second, recurrent pass (training-time test): the block's own hidden state at t
+        # stands in for the target's at t+1, as drafts 2..k use it in decoding
+        logits2, _ = model.mtp_forward(own, batch[:, 2:-1], start=1)
+        aux = cfg.aux_loss_coef * model.moe_aux_loss(model.mtp)
+        return _ce(logits, batch[:, 2:-1]) + _ce(logits2, batch[:, 3:]) + aux
 
     def dspark_loss(batch: torch.Tensor) -> torch.Tensor:
         assert dspark is not None
+        x = batch[:, :-1]
         with torch.no_grad():
-            _, feats = model(batch[:, :-2], capture=dspark.target_layers)
-        logits, hidden = dspark(model, feats, batch[:, 1:-1])
-        # a second, recurrent pass (training-time test): the drafter's own hidden
-        # state at t stands in for the target features at t+1, as in decoding
-        logits2, _ = dspark(model, hidden[:, :-1], batch[:, 2:-1])
-        aux = cfg.aux_loss_coef * model.moe_aux_loss(dspark.mtp)
-        return _ce(logits, batch[:, 2:]) + _ce(logits2, batch[:, 3:]) + aux
+            _, feats = model(x, capture=dspark.target_layers)
+        offset = int(torch.randint(0, cfg.dspark_stride, (1,)))
+        anchors = dspark_anchors(x.shape[1], cfg.dspark_block, cfg.dspark_stride, offset, x.device)
+        logits = dspark(model, feats, x, anchors, cfg.dspark_block)
+        labels = batch[:, anchors[:, None] + 1 + torch.arange(cfg.dspark_block, device=x.device)]
+        return _ce(logits.flatten(1, 2), labels.flatten(1)) + cfg.aux_loss_coef * model.moe_aux_loss(dspark.mtp)
 
     def params(module: torch.nn.Module, mtp: bool) -> list[torch.nn.Parameter]:
         return [p for n, p in module.named_parameters() if n.startswith("mtp.") == mtp]
@@ -274,13 +285,26 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     for i, phase in enumerate(phases):
         share = 0.8 if phase.name == "target" and i + 1 < len(phases) else 1.0
         deadline = t0 + share * limit
-        scores = _run_phase(phase, model, lambda: evaluate(model, held, dspark), cfg, data, dev, log,
+        scores = _run_phase(phase, model, lambda: evaluate(model, held, dspark, block=cfg.dspark_block),
+                            cfg, data, dev, log,
                             deadline)
     log(f"training time: {time.perf_counter() - t0:.0f}s")
     log(f"RESULT held-out bpb {scores['target_bpb']:.4f} (unigram {unigram:.4f}); "
         f"MTP next-next bpb {scores['mtp_bpb']:.4f}; MTP/target argmax agreement {scores['mtp_agree']:.3f}"
-        + (f"; DSpark next-next bpb {scores['dspark_bpb']:.4f}, agreement {scores['dspark_agree']:.3f}"
+        + (f"; DSpark block bpb (position mean) {scores['dspark_bpb']:.4f}, agreement {scores['dspark_agree']:.3f}"
            if dspark else ""))
+    meta = {"train_config": json.dumps(asdict(cfg)), "held_out_bpb": f"{scores['target_bpb']:.4f}",
+            "unigram_bpb": f"{unigram:.4f}"}
+    log_name = "train_log.txt" if any(p.name in ("target", "mtp") for p in phases) else "dspark_log.txt"
+
+    def write_out() -> None:  # weights first, so a failing check below still leaves them
+        if any(p.name in ("target", "mtp") for p in phases):
+            save_weights(model, out_dir / "model.safetensors", meta)
+        if dspark is not None:
+            save_dspark(dspark, out_dir / "dspark.safetensors", meta)
+        (out_dir / log_name).write_text("\n".join(lines) + "\n")
+
+    write_out()
     model = model.float().eval()
     drafters: list[tuple[str, Drafter]] = [("MTP", MTPDrafter(model))]
     if dspark is not None:
@@ -291,14 +315,7 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
             f"(fp32): acceptance {stats.acceptance_rate:.3f}, per position "
             f"{[round(r, 3) for r in stats.per_position_rate]}, mean acceptance length "
             f"{stats.mean_acceptance_length:.2f}")
-    meta = {"train_config": json.dumps(asdict(cfg)), "held_out_bpb": f"{scores['target_bpb']:.4f}",
-            "unigram_bpb": f"{unigram:.4f}"}
-    if any(p.name in ("target", "mtp") for p in phases):
-        save_weights(model.cpu(), out_dir / "model.safetensors", meta)
-    if dspark is not None:
-        save_dspark(dspark.cpu(), out_dir / "dspark.safetensors", meta)
-    log_name = "train_log.txt" if any(p.name in ("target", "mtp") for p in phases) else "dspark_log.txt"
-    (out_dir / log_name).write_text("\n".join(lines) + "\n")
+    write_out()
     return scores | {"unigram_bpb": unigram}
 
 
@@ -309,10 +326,11 @@ def speculation_check(
     """Speculative decoding on prompts cut from held-out text; asserts it is lossless."""
     stats = SpecStats(k)
     step = len(held_bytes) // max(1, n_prompts)
+    runner = Runner(model, drafter or MTPDrafter(model), k, cache_size(prompt_len, new_tokens, k))
     for i in range(n_prompts):
         prompt = list(held_bytes[i * step : i * step + prompt_len])
-        spec = speculative_generate(model, prompt, new_tokens, k, drafter)
-        if spec.tokens != greedy_generate(model, prompt, new_tokens).tokens:
+        spec = runner.speculative(prompt, new_tokens)
+        if spec.tokens != runner.greedy(prompt, new_tokens).tokens:
             raise RuntimeError(f"speculative output differs from greedy on prompt {i}")
         assert spec.stats is not None
         stats.merge(spec.stats)

@@ -82,7 +82,7 @@ def _sizes(size: str | Sizes) -> Sizes:
 
 
 def _specs(recipe: Recipe, s: Sizes) -> list[ModuleSpec]:
-    specs = modules(recipe.family, recipe.draft, s, recipe.draft_layers)
+    specs = modules(recipe.family, recipe.draft, s, recipe.draft_layers, recipe.expert_names)
     if not recipe.main:
         specs = [m for m in specs if m.role == "draft"]
     return specs
@@ -152,7 +152,8 @@ def _write(recipe: Recipe, path: Path, s: Sizes, seed: int,
     mine = {k: v for k, v in given.items() if k.rsplit(".", 1)[0] in {m.name for m in specs}}
     return write_checkpoint(path, specs, recipe.storage, recipe.config(s), seed=seed,
                             given=mine, shard_bytes=s.shard_bytes,
-                            draft_shard=recipe.draft_shard, extra_files=extra)
+                            draft_shard=recipe.draft_shard,
+                            draft_shard_indexed=recipe.draft_shard_indexed, extra_files=extra)
 
 
 def sample_checkpoint() -> Path:

@@ -275,9 +275,13 @@ def write_checkpoint(
     given: Mapping[str, np.ndarray],
     shard_bytes: int,
     draft_shard: str | None = None,
+    draft_shard_indexed: bool = True,
     extra_files: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Written:
-    """Write config.json (+ extra JSON files), sharded safetensors and the index."""
+    """Write config.json (+ extra JSON files), sharded safetensors and the index.
+
+    ``draft_shard_indexed=False`` leaves the draft shard out of the index, as a
+    repack that rebuilds the index from ``model-*-of-*`` shards does."""
     expected: dict[str, ExpectedModule] = {}
     ordered: list[tuple[str, np.ndarray, bool]] = []  # (tensor name, array, in draft shard)
     fused: dict[str, dict[str, np.ndarray]] = {}
@@ -303,6 +307,8 @@ def write_checkpoint(
     total = 0
     for fname, items in shards.items():
         save_file(dict(items), path / fname, {"format": "pt"})
+        if fname == draft_shard and not draft_shard_indexed:
+            continue
         for name, arr in items:
             weight_map[name] = fname
             total += arr.nbytes

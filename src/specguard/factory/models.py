@@ -1,9 +1,11 @@
-"""The modules of the two families the scenarios use, named as their publishers name them.
+"""The modules of the families the scenarios use, named as their publishers name them.
 
 DeepSeek-V4 native (``layers.{i}.attn.wq_a``, ``layers.{i}.ffn.experts.{e}.w1``,
 ``mtp.{j}.e_proj``, ``embed``, ``head``) and DeepSeek-V3 HF
 (``model.layers.{i}.self_attn.q_a_proj``, ``model.layers.{i}.mlp.experts.{e}.gate_proj``,
 MTP at ``model.layers.{N+j}`` with ``enorm``/``hnorm``/``eh_proj``/``shared_head``).
+Qwen3.5/3.6 HF (``model.language_model.layers.{i}.linear_attn.in_proj_qkv``,
+``...mlp.experts.{e}.gate_proj``, the drafter at ``mtp.fc`` / ``mtp.layers.{j}``).
 Only the modules that matter for routing and loading are written: linears,
 experts, the router, norms, embedding and head (no attention sinks, hyper-connection
 or compressor/indexer tensors).
@@ -225,8 +227,94 @@ def dsv3_mtp(s: Sizes, n: int) -> list[ModuleSpec]:
     return mods
 
 
-def modules(family: str, draft: str | None, s: Sizes, n_draft: int) -> list[ModuleSpec]:
+# ------------------------------------------------------------------ Qwen3.5 / 3.6 HF
+
+QWEN35 = "qwen3_5"  # dense (Qwen3_5ForConditionalGeneration)
+QWEN35_MOE = "qwen3_5_moe"  # MoE (Qwen3_5MoeForConditionalGeneration)
+LINEAR_ATTN = "linear_attn"  # Gated DeltaNet projections (BF16 in every published quantization)
+
+# Gated DeltaNet dims at tiny size: key heads x key dim, value heads x value dim
+# (transformers Qwen3_5TextConfig linear_num_key_heads / linear_key_head_dim ...).
+_GDN_KH, _GDN_KD, _GDN_VH, _GDN_VD = 1, 128, 2, 128
+
+
+def qwen3_5_layer_types(s: Sizes) -> list[str]:
+    """Every other layer full attention at tiny size (the real models: every 4th)."""
+    return ["full_attention" if i % 2 else "linear_attention" for i in range(s.layers)]
+
+
+def _qwen_block(p: str, s: Sizes, role: str, j: int | None, full: bool, moe: bool,
+                per_expert: str = "expert-first") -> Iterator[ModuleSpec]:
+    """One Qwen3.5 decoder layer under ``p`` (``model.language_model.layers.3`` or
+    ``mtp.layers.0``), tensors in the order transformers' state dict lists them."""
+    h = s.hidden
+    yield _norm(f"{p}.input_layernorm", h, role, j)
+    if full:
+        # attn_output_gate: q_proj holds the query and its gate (2 x heads x head_dim)
+        yield _lin(f"{p}.self_attn.q_proj", 2 * s.heads * s.head_dim, h, ATTN, role, j)
+        yield _lin(f"{p}.self_attn.k_proj", s.head_dim, h, ATTN, role, j)
+        yield _lin(f"{p}.self_attn.v_proj", s.head_dim, h, ATTN, role, j)
+        yield _lin(f"{p}.self_attn.o_proj", h, s.heads * s.head_dim, ATTN, role, j)
+        yield _norm(f"{p}.self_attn.q_norm", s.head_dim, role, j)
+        yield _norm(f"{p}.self_attn.k_norm", s.head_dim, role, j)
+    else:
+        qkv = 2 * _GDN_KH * _GDN_KD + _GDN_VH * _GDN_VD
+        a = f"{p}.linear_attn"
+        yield _lin(f"{a}.in_proj_qkv", qkv, h, LINEAR_ATTN, role, j)
+        yield _lin(f"{a}.in_proj_z", _GDN_VH * _GDN_VD, h, LINEAR_ATTN, role, j)
+        yield _lin(f"{a}.in_proj_b", _GDN_VH, h, LINEAR_ATTN, role, j)
+        yield _lin(f"{a}.in_proj_a", _GDN_VH, h, LINEAR_ATTN, role, j)
+        yield ModuleSpec(f"{a}.conv1d", (qkv, 1, 4), NORM, role, j)
+        yield _norm(f"{a}.norm", _GDN_VD, role, j)
+        yield _lin(f"{a}.out_proj", h, _GDN_VH * _GDN_VD, LINEAR_ATTN, role, j)
+        yield ModuleSpec(f"{a}.A_log", (_GDN_VH,), NORM, role, j)
+        yield ModuleSpec(f"{a}.dt_bias", (_GDN_VH,), NORM, role, j)
+    yield _norm(f"{p}.post_attention_layernorm", h, role, j)
+    if not moe:
+        yield _lin(f"{p}.mlp.gate_proj", s.dense_inter, h, DENSE, role, j)
+        yield _lin(f"{p}.mlp.up_proj", s.dense_inter, h, DENSE, role, j)
+        yield _lin(f"{p}.mlp.down_proj", h, s.dense_inter, DENSE, role, j)
+        return
+    yield ModuleSpec(f"{p}.mlp.gate", (s.experts, h), GATE, role, j)
+    for e in range(s.experts):
+        for proj, shape in (("gate_proj", (s.moe_inter, h)), ("up_proj", (s.moe_inter, h)),
+                            ("down_proj", (h, s.moe_inter))):
+            # auto-round's MTP export (issue 19, shape 3) puts the expert index after the projection
+            name = f"{p}.mlp.experts.{e}.{proj}" if per_expert == "expert-first" else f"{p}.mlp.experts.{proj}.{e}"
+            yield ModuleSpec(name, shape, EXPERT, role, j)
+    yield _lin(f"{p}.mlp.shared_expert.gate_proj", s.shared_inter, h, SHARED, role, j)
+    yield _lin(f"{p}.mlp.shared_expert.up_proj", s.shared_inter, h, SHARED, role, j)
+    yield _lin(f"{p}.mlp.shared_expert.down_proj", h, s.shared_inter, SHARED, role, j)
+    yield ModuleSpec(f"{p}.mlp.shared_expert_gate", (1, h), GATE, role, j)
+
+
+def qwen3_5_main(s: Sizes, moe: bool) -> list[ModuleSpec]:
+    mods = [ModuleSpec("model.language_model.embed_tokens", (s.vocab, s.hidden), EMBED, EMBEDDING)]
+    for i, kind in enumerate(qwen3_5_layer_types(s)):
+        mods += _qwen_block(f"model.language_model.layers.{i}", s, MAIN, None, kind == "full_attention", moe)
+    mods += [_norm("model.language_model.norm", s.hidden, MAIN, None),
+             ModuleSpec("lm_head", (s.vocab, s.hidden), LM_HEAD, HEAD)]
+    return mods
+
+
+def qwen3_5_mtp(s: Sizes, n: int, moe: bool, per_expert: str = "expert-first") -> list[ModuleSpec]:
+    """The drafter as Qwen publishes it (``mtp_num_hidden_layers``): ``mtp.fc`` takes
+    [embedding; hidden] (2H -> H), one full-attention layer per step, a final norm."""
+    mods = [_lin("mtp.fc", s.hidden, 2 * s.hidden, PROJ, DRAFT, 0),
+            _norm("mtp.pre_fc_norm_embedding", s.hidden, DRAFT, 0),
+            _norm("mtp.pre_fc_norm_hidden", s.hidden, DRAFT, 0)]
+    for j in range(n):
+        mods += _qwen_block(f"mtp.layers.{j}", s, DRAFT, j, True, moe, per_expert)
+    mods.append(_norm("mtp.norm", s.hidden, DRAFT, 0))
+    return mods
+
+
+def modules(family: str, draft: str | None, s: Sizes, n_draft: int,
+            expert_names: str = "expert-first") -> list[ModuleSpec]:
     """Every module of a checkpoint, main stack first, then the draft layers."""
+    if family in (QWEN35, QWEN35_MOE):
+        moe = family == QWEN35_MOE
+        return qwen3_5_main(s, moe) + qwen3_5_mtp(s, n_draft, moe, expert_names)
     if family == DSV4:
         main = dsv4_main(s)
         if draft == DSPARK:

@@ -18,16 +18,22 @@ from specguard.factory.models import (
     DSV3,
     DSV4,
     EXPERT,
+    LINEAR_ATTN,
     PROJ,
+    QWEN35,
+    QWEN35_MOE,
     SHARED,
     ModuleSpec,
     Sizes,
     dspark_target_layers,
+    qwen3_5_layer_types,
 )
 from specguard.formats.scheme import (
     COMPRESSED_TENSORS,
     DEEPSEEK,
     FP8_BLOCK,
+    GPTQ,
+    INT4_GROUP,
     MODELOPT,
     MXFP4,
     NVFP4,
@@ -61,6 +67,8 @@ class Recipe:
     main: bool = True  # False: a drafter-only checkpoint (S4's drafter)
     hf_quant_config: Callable[[Sizes], dict[str, Any]] | None = None
     draft_shard: str | None = None
+    draft_shard_indexed: bool = True  # False: the index never names the draft shard
+    expert_names: str = "expert-first"  # "proj-first": experts.{proj}.{e} (auto-round's MTP export)
 
 
 @dataclass(frozen=True)
@@ -296,6 +304,108 @@ def _s1_quant(ignored: bool = True) -> dict[str, Any]:
     return q
 
 
+# ------------------------------------------------------------------ Qwen3.5 / 3.6 (issue 19)
+
+INT4_GPTQ_G128 = Storage(INT4_GROUP, GPTQ, {"group_size": 128})
+INT4_GPTQ_G64 = Storage(INT4_GROUP, GPTQ, {"group_size": 64})
+INT4_CT_G128 = Storage(INT4_GROUP, COMPRESSED_TENSORS, {"group_size": 128})
+QWEN_GPTQ_EXCLUDED = (ATTN, LINEAR_ATTN, SHARED, PROJ)
+
+
+def qwen_gptq(draft: Callable[[ModuleSpec], Storage]) -> Callable[[ModuleSpec], Storage]:
+    """Qwen3.5 MoE GPTQ INT4 as auto-round / Qwen's GPTQ-Int4 releases store it:
+    routed experts INT4 g128; attention, Gated DeltaNet, shared experts, routers BF16
+    (their ``dynamic`` excludes ``.*attn.*`` and ``.*shared_expert.*``); the drafter
+    as ``draft`` says."""
+    def storage(m: ModuleSpec) -> Storage:
+        if m.role == DRAFT:
+            return draft(m)
+        return INT4_GPTQ_G128 if m.kind in (EXPERT, DENSE) else PLAIN_BF16
+    return storage
+
+
+def draft_bf16(m: ModuleSpec) -> Storage:
+    return PLAIN_BF16
+
+
+def draft_rtn_experts(m: ModuleSpec) -> Storage:
+    """auto-round's ``copy_missing_tensors_from_source``: 2-D ``.weight``s RTN-packed
+    into ``qweight/qzeros/scales``; ``mtp.fc`` and norms kept BF16."""
+    return INT4_GPTQ_G128 if m.kind == EXPERT else PLAIN_BF16
+
+
+def draft_fp8_release(m: ModuleSpec) -> Storage:
+    """The drafter copied from Qwen's FP8 release: every linear FP8 block 128x128 with
+    F32 ``weight_scale_inv`` (experts included); ``mtp.fc``, routers and norms BF16."""
+    return FP8_V3 if m.kind in (ATTN, EXPERT, SHARED) else PLAIN_BF16
+
+
+def ct_w4a16_dense(m: ModuleSpec) -> Storage:
+    """llm-compressor W4A16 of a dense Qwen3.6: attention and MLP linears INT4 g128,
+    main and drafter; Gated DeltaNet, ``lm_head`` and ``mtp.fc`` BF16, as in
+    tests/data/published/qwen3_5_dense_ct_mtpfile (which quantizes the drafter's
+    projections at g32 and part of the Gated DeltaNet too)."""
+    return INT4_CT_G128 if m.kind in (ATTN, DENSE) else PLAIN_BF16
+
+
+def qwen_text_config(s: Sizes, moe: bool) -> dict[str, Any]:
+    text: dict[str, Any] = {
+        "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text",
+        "vocab_size": s.vocab, "hidden_size": s.hidden, "num_hidden_layers": s.layers,
+        "layer_types": qwen3_5_layer_types(s), "full_attention_interval": 2,
+        "num_attention_heads": s.heads, "num_key_value_heads": 1, "head_dim": s.head_dim,
+        "attn_output_gate": True, "linear_num_key_heads": 1, "linear_key_head_dim": 128,
+        "linear_num_value_heads": 2, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False,
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+        "partial_rotary_factor": 0.25, "dtype": "bfloat16",
+    }
+    if moe:
+        text.update({"num_experts": s.experts, "num_experts_per_tok": s.experts_per_token,
+                     "moe_intermediate_size": s.moe_inter,
+                     "shared_expert_intermediate_size": s.shared_inter})
+    else:
+        text["intermediate_size"] = s.dense_inter
+    return text
+
+
+def qwen_config(s: Sizes, *, moe: bool, quant: dict[str, Any] | None) -> dict[str, Any]:
+    arch = "Qwen3_5MoeForConditionalGeneration" if moe else "Qwen3_5ForConditionalGeneration"
+    cfg: dict[str, Any] = {"architectures": [arch], "model_type": "qwen3_5_moe" if moe else "qwen3_5",
+                           "text_config": qwen_text_config(s, moe), "tie_word_embeddings": False}
+    if quant is not None:
+        cfg["quantization_config"] = quant
+    return cfg
+
+
+def autoround_gptq(dynamic: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """config.json ``quantization_config`` of an auto-round export in GPTQ format."""
+    return {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False,
+            "true_sequential": False, "damp_percent": 0.01, "checkpoint_format": "gptq",
+            "lm_head": False, "provider": "auto-round", "autoround_version": "0.9.1",
+            "block_name_to_quantize": "model.language_model.layers", "dynamic": dynamic}
+
+
+def ct_w4a16(ignore: list[str]) -> dict[str, Any]:
+    """compressed-tensors W4A16 (``pack-quantized``, symmetric INT4 g128 on ``Linear``)."""
+    weights = {"num_bits": 4, "type": "int", "symmetric": True, "group_size": 128, "strategy": "group",
+               "block_structure": None, "dynamic": False, "actorder": None, "scale_dtype": None,
+               "zp_dtype": None, "observer": "mse", "observer_kwargs": {}}
+    return {"version": "0.17.1", "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "quantization_status": "compressed", "sparsity_config": {}, "transform_config": {},
+            "kv_cache_scheme": None, "global_compression_ratio": None,
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "format": "pack-quantized",
+                                          "input_activations": None, "output_activations": None}},
+            "ignore": ignore}
+
+
+# Qwen's GPTQ-Int4 rules (the vision tower's ``-:.*visual.*`` left out: no vision tensors here)
+QWEN_RULES: dict[str, dict[str, Any]] = {"-:.*attn.*": {}, "-:.*shared_expert.*": {}}
+DENSE_RULES: dict[str, dict[str, Any]] = {"-:.*attn.*": {}}
+POSITIVE_MTP = {"+:.*mtp.*": {"bits": 4, "group_size": 64}, "+:.*mtp\\.fc.*": {"bits": 4, "group_size": 64}}
+NEGATIVE_MTP: dict[str, dict[str, Any]] = {"-:.*mtp.*": {}}
+
+
 # ----------------------------------------------------------------- scenarios
 
 def _scenarios() -> dict[str, Scenario]:
@@ -332,6 +442,28 @@ def _scenarios() -> dict[str, Scenario]:
     s8_nvfp4 = Recipe(DSV3, modelopt_nvfp4_mlp,
                       lambda s: v3_config(s, nextn=1, quant=modelopt_quant(s)),
                       hf_quant_config=modelopt_hf_quant_config)
+    extra = "model_extra_tensors.safetensors"
+    moe_gptq = lambda dynamic: (lambda s: qwen_config(s, moe=True, quant=autoround_gptq(dynamic)))  # noqa: E731
+    q0 = Recipe(QWEN35_MOE, qwen_gptq(draft_bf16), moe_gptq({**QWEN_RULES, **NEGATIVE_MTP}), draft_shard=extra)
+    q1 = Recipe(QWEN35_MOE, qwen_gptq(draft_bf16), moe_gptq({**QWEN_RULES, **POSITIVE_MTP}), draft_shard=extra)
+    q1_dense = Recipe(QWEN35, qwen_gptq(draft_bf16),
+                      lambda s: qwen_config(s, moe=False, quant=autoround_gptq({**DENSE_RULES, **POSITIVE_MTP})),
+                      draft_shard=extra)
+    q1_listed = Recipe(QWEN35, qwen_gptq(draft_bf16), lambda s: qwen_config(s, moe=False, quant={
+        **autoround_gptq({**DENSE_RULES, **POSITIVE_MTP}),
+        "modules_in_block_to_quantize": [["mlp.gate_proj", "mlp.up_proj"], ["mlp.down_proj"]]}),
+        draft_shard=extra)
+    q2 = Recipe(QWEN35_MOE, qwen_gptq(draft_bf16), moe_gptq({**QWEN_RULES, **NEGATIVE_MTP}), draft_shard=extra,
+                draft_shard_indexed=False)
+    q3 = Recipe(QWEN35_MOE, qwen_gptq(draft_rtn_experts), moe_gptq(dict(QWEN_RULES)), draft_shard=extra,
+                expert_names="proj-first")
+    q4 = Recipe(QWEN35_MOE, qwen_gptq(draft_fp8_release), moe_gptq({**QWEN_RULES, **NEGATIVE_MTP}))
+    q4_fc = Recipe(QWEN35, ct_w4a16_dense,
+                   lambda s: qwen_config(s, moe=False, quant=ct_w4a16(["re:.*linear_attn.*", "lm_head"])),
+                   draft_shard="model-mtp.safetensors")
+    q0_ct = Recipe(QWEN35, ct_w4a16_dense,
+                   lambda s: qwen_config(s, moe=False, quant=ct_w4a16(["re:.*linear_attn.*", "lm_head", "mtp.fc"])),
+                   draft_shard="model-mtp.safetensors")
     mtp1 = {"draft_kind": MTP, "draft_layers_declared": 1, "draft_layers_stored": 1}
     table = [
         Scenario("s1", "NVFP4 conversion, draft experts left MXFP4, ignored_layers ['mtp.*']",
@@ -360,6 +492,26 @@ def _scenarios() -> dict[str, Scenario]:
         Scenario("s8", "clean reference: all BF16, MTP included", s8, facts=mtp1),
         Scenario("s8-nvfp4", "clean reference: ModelOpt NVFP4 target whose MTP is NVFP4 too",
                  s8_nvfp4, facts=mtp1),
+    ]
+
+    table += [
+        Scenario("q0", "Qwen3.5 MoE GPTQ INT4 (auto-round), BF16 drafter in model_extra_tensors, dynamic "
+                 "'-:.*mtp.*'", q0, facts=mtp1),
+        Scenario("q1", "Qwen3.5 MoE GPTQ INT4, BF16 drafter, dynamic '+:.*mtp.*' claims it 4-bit g64",
+                 q1, facts=mtp1),
+        Scenario("q1-dense", "Qwen3.5 dense GPTQ INT4, BF16 drafter, dynamic '+:.*mtp.*' (no "
+                 "modules_in_block_to_quantize)", q1_dense, facts=mtp1),
+        Scenario("q1-listed", "q1-dense whose modules_in_block_to_quantize names the MLP projections",
+                 q1_listed, facts=mtp1),
+        Scenario("q2", "Qwen3.5 MoE GPTQ INT4, BF16 drafter in a file the index never names", q2, facts=mtp1),
+        Scenario("q3", "Qwen3.5 MoE GPTQ INT4, drafter experts RTN INT4 named experts.{proj}.{e}",
+                 q3, facts=mtp1),
+        Scenario("q4", "Qwen3.5 MoE GPTQ INT4 target with the FP8 release's drafter (weight_scale_inv)",
+                 q4, facts=mtp1),
+        Scenario("q4-fc", "Qwen3.6 dense compressed-tensors W4A16, BF16 mtp.fc missing from ignore",
+                 q4_fc, facts=mtp1),
+        Scenario("q0-ct", "Qwen3.6 dense compressed-tensors W4A16, drafter in model-mtp.safetensors, "
+                 "mtp.fc ignored", q0_ct, facts=mtp1),
     ]
     return {sc.name: sc for sc in table}
 

@@ -35,6 +35,10 @@ class GenericLayout(Layout):
     def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
         return (*super().draft_checkpoint_prefixes(), "mtp.", "model.mtp_layers.")
 
+    def _fuse(self, module: str) -> fusions.Fused:
+        """Engine layer, kind and parameter path of a module (family fusions)."""
+        return fusions.generic(module)
+
     def _runtime_role(self, name: str) -> r.Role | None:
         if name == "mtp" or name.startswith(("mtp.", "model.mtp.")):
             m = _QWEN_MTP_RE.match(name)
@@ -49,7 +53,7 @@ class GenericLayout(Layout):
         m = _MIMO_RE.match(module)
         if m:
             i = int(m.group(1))
-            f = fusions.generic(m.group(2) or "")
+            f = self._fuse(m.group(2) or "")
             return self._placement(
                 module, self._draft_role(i), f.kind,
                 _join(f"model.layers.{n + i}", f.prefix), _join(f"model.mtp_layers.{n + i}", f.param),
@@ -57,7 +61,7 @@ class GenericLayout(Layout):
         if module == "mtp" or module.startswith(("mtp.", "model.mtp.")):
             m = _QWEN_MTP_RE.match(module)
             stage = int(m.group(1)) if m and m.group(1) else None
-            f = fusions.generic(module)
+            f = self._fuse(module)
             param = "model." + f.param.removeprefix("model.").removeprefix("mtp.")
             return self._placement(module, self._draft_role(stage), f.kind, f.prefix, param)
         leaf = module.rsplit(".", 1)[-1]
@@ -68,7 +72,7 @@ class GenericLayout(Layout):
             return self._placement(module, r.Role(r.EMBEDDING), r.EMBEDDING_KIND, module)
         if module in _HEAD_NAMES or leaf == "lm_head":
             return self._placement(module, r.Role(r.HEAD), r.HEAD_KIND, module)
-        f = fusions.generic(module)
+        f = self._fuse(module)
         return self._placement(module, r.Role(r.MAIN, layer=layer), f.kind, f.prefix)
 
     def _place_nextn(self, module: str, layer: int) -> Placement:
@@ -79,7 +83,7 @@ class GenericLayout(Layout):
             return self._placement(module, role, r.HEAD_KIND, f"{base}.head", module)
         if module.rsplit(".", 1)[-1] == "embed_tokens":
             return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
-        f = fusions.generic(module)
+        f = self._fuse(module)
         return self._placement(module, role, f.kind, f.prefix)
 
 

@@ -10,6 +10,7 @@ from specguard.layouts import roles as r
 from specguard.layouts.base import VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
+from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
@@ -101,6 +102,8 @@ def layout_for(
         return DeepseekV3Layout(
             n, nextn, r.MTP, engine=engine, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha
         )
+    if model_type in QWEN3_5_TYPES:
+        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine)
 
 

@@ -12,6 +12,7 @@ from specguard.checkpoint.source import gc_paused
 from specguard.lint import (  # noqa: F401  (registration)
     rules_draft,
     rules_integrity,
+    rules_loader,
     rules_patterns,
     rules_routing,
     rules_scales,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.lint.context import LintContext
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
 
@@ -49,7 +50,7 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
         if not stored or stored == promised:
             continue
         if any(rt.vllm is not None and rt.vllm.method == "not built" for rt in ctx.routes(r)):
-            continue  # the stored draft is another method's (SG303): no count fits it, none to advise
+            continue  # the stored draft is another method's (SG304): no count fits it, none to advise
         extra, absent = sorted(stored - promised), sorted(promised - stored)
         parts = []
         if absent:
@@ -72,8 +73,37 @@ def _count_fix(r, stored: int) -> str:
     return f'set "num_nextn_predict_layers": {stored} to match the draft layers stored'
 
 
+@rule("SG303", "draft-weights-outside-index", ERROR,
+      "Draft tensors are stored in a file the index never names: vLLM reads only indexed files, so the "
+      "drafter is never loaded.")
+def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        c = r.checkpoint
+        names = [n for n in c.outside_index if r.layout.role(n).is_draft]
+        if not names:
+            continue
+        files = sorted({c.tensors[n].file for n in names})
+        nbytes = sum(c.tensors[n].offsets[1] - c.tensors[n].offsets[0] for n in names)
+        quantized = r.declared_config.stack != "none"
+        if quantized:
+            # default_loader.py load_weights: track_weights_loading only when quantization is None
+            effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
+        else:
+            effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
+        yield Finding(
+            "SG303", ERROR,
+            f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
+            f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
+            f"{describe(names)}",
+            tuple(names),
+            f"add the {len(names)} names to weight_map with the value "
+            f"{' / '.join(repr(f) for f in files)} (and their {nbytes:,} bytes to metadata.total_size)",
+            data={"files": files, "tensors": len(names), "bytes": nbytes,
+                  "loader": "unwritten" if quantized else "fails to start"},
+        )
 
-@rule("SG303", "draft-inputs-missing", ERROR,
+
+@rule("SG304", "draft-inputs-missing", ERROR,
       "The draft method builds input modules (MTP's e_proj/h_proj/enorm/hnorm, DSpark's main_proj) that the "
       "stored draft lacks: they are never loaded and stay uninitialized.")
 def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
@@ -88,8 +118,8 @@ def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
         kind = r.layout.draft_kind or "mtp"
         leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
         yield Finding(
-            "SG303", ERROR,
-            f"draft method {kind}: vLLM 0.33 builds {', '.join(leaves)} for the draft but the checkpoint stores "
+            "SG304", ERROR,
+            f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
             f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
             "they would stay uninitialized",
             tuple(absent), _method_fix(ctx, r, kind),

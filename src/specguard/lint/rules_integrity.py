@@ -18,7 +18,8 @@ def index_integrity(ctx: LintContext) -> Iterator[Finding]:
         if c.index is None:
             continue
         total = c.index.get("total_size")
-        actual = c.total_bytes
+        outside = set(c.outside_index)
+        actual = c.total_bytes - sum(t.offsets[1] - t.offsets[0] for n, t in c.tensors.items() if n in outside)
         if isinstance(total, int) and total != actual:
             yield Finding("SG601", INFO,
                           f"index metadata total_size is {total:,} but the tensors hold {actual:,} bytes",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeGuard
@@ -9,6 +10,7 @@ from typing import Protocol, TypeGuard
 from specguard.declared import DeclaredScheme
 from specguard.declared.edits import CONFIG_JSON, ConfigEdit
 from specguard.engines import EngineChoice
+from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.engines.vllm.v0_33 import ENGINE, v41_ignore_name
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -171,6 +173,9 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
         return None
 
     for (role, stored, built, source), routes in _groups(ctx, pick):
+        if routes[0].vllm.method.startswith("AutoGPTQ"):
+            yield _gptq_over_plain(ctx, role, stored, built, source, routes)
+            continue
         yield Finding(
             "SG203", ERROR,
             f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
@@ -179,6 +184,34 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
             "exclude these modules with a pattern that matches the engine's runtime prefixes "
             "(see SG101), or build the draft without the target's quant config",
         )
+
+
+def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, source: str,
+                     routes: list[Built]) -> Finding:
+    """GPTQ layers built over float tensors: no ``weight`` parameter takes them
+    (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
+    raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
+    quantized = [rt.prefix for _, rt in ctx.all_routes() if rt.stored is not None and rt.stored.quantized]
+    fixed = gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
+    fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
+           "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
+           "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
+    return Finding(
+        "SG203", ERROR,
+        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+        f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
+        _names(routes),
+        fix,
+        data={"dynamic": fixed},
+    )
+
+
+def _gptq_dynamic(ctx: LintContext) -> dict:
+    for res in ctx.resolvers:
+        qc = res.config.get("quantization_config")
+        if isinstance(qc, dict) and isinstance(qc.get("dynamic"), dict):
+            return dict(qc["dynamic"])
+    return {}
 
 
 @rule("SG204", "stored-quantized-declared-unquantized", ERROR,
@@ -190,6 +223,17 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
         return None
 
     for (role, stored, method), routes in _groups(ctx, pick):
+        if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
+            yield Finding(
+                "SG204", ERROR,
+                f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+                f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
+                f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
+                _names(routes),
+                f"store them unquantized (dequantize the {stored} weights to BF16): no {ENGINE} quant "
+                f"config builds {stored} layers beside GPTQ ones",
+            )
+            continue
         yield Finding(
             "SG204", ERROR,
             f"{len(routes)} {role} module(s) stored {stored} but built as {method} "

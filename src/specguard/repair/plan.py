@@ -73,6 +73,8 @@ class Overlay:
     hf_quant_config: dict[str, Any] | None
     reencode: dict[str, str] = field(default_factory=dict)  # checkpoint module -> new format
     changes: list[Change] = field(default_factory=list)  # what changed in the configs, and why
+    index_add: dict[str, str] = field(default_factory=dict)  # tensor -> file, for weight_map
+    rename: dict[str, str] = field(default_factory=dict)  # tensor -> the name vLLM's loader maps
 
     @classmethod
     def of(cls, checkpoint: Checkpoint, role: str) -> Overlay:
@@ -113,6 +115,13 @@ class Overlay:
                 del block[key]
             self.changes.append(Change(file, key, "-", tuple(gone), why))
 
+    def set_quant_key(self, key: str, value: Any, why: str) -> None:
+        """A key of the quantization block itself (GPTQ's ``dynamic``), replaced whole."""
+        block, file = self.quant_block()
+        if block.get(key) != value:
+            block[key] = value
+            self.changes.append(Change(file, key, "=", (value,), why))
+
     def set_key(self, key: str, value: Any, why: str) -> None:
         """A top-level key of config.json's text config (``num_nextn_predict_layers``)."""
         holder = text_config(self.config)
@@ -122,9 +131,51 @@ class Overlay:
             holder[key] = value
             self.changes.append(Change("config.json", key, "=", (value,), why))
 
+    def index_outside_drafts(self, resolver: Resolver) -> None:
+        """Name in the index the draft tensors stored only in files it never names: vLLM
+        opens the indexed files only (SG303; what add-mtp-weights.py does by hand)."""
+        c = self.checkpoint
+        names = [n for n in c.outside_index if resolver.layout.role(n).is_draft and n not in self.index_add]
+        if c.index is None or not names:
+            return
+        self.index_add.update({n: c.tensors[n].file for n in names})
+        files = tuple(sorted({c.tensors[n].file for n in names}))
+        self.changes.append(Change("model.safetensors.index.json", "weight_map", "+", files,
+                                   f"{len(names)} draft tensor(s) the index never named"))
+
+    def rename_unmapped_experts(self, resolver: Resolver) -> None:
+        """Routed-expert tensors named ``experts.{proj}.{e}`` (SG701): rewritten under
+        ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
+        from specguard.engines.vllm.loader import MAPPED, expert_load, renamed
+        from specguard.layouts import roles as r
+
+        found: dict[str, str] = {}
+        for rt in resolver.routes():
+            if rt.kind != r.ROUTED_EXPERTS:
+                continue
+            for module in rt.checkpoint_names:
+                mod = resolver.table.modules.get(module)
+                if mod is None or ".experts." not in module:
+                    continue
+                head, below = module.split(".experts.", 1)
+                for param in mod.params:
+                    got = expert_load(f"{below}.{param}")
+                    new = renamed(f"{below}.{param}")
+                    if got is not None and got.outcome != MAPPED and new is not None:
+                        found[f"{module}.{param}"] = f"{head}.experts.{new}"
+        found = {k: v for k, v in found.items() if k not in self.rename}
+        if not found:
+            return
+        self.rename.update(found)
+        for shard in sorted({self.checkpoint.tensors[n].file for n in found}):
+            n = sum(1 for k in found if self.checkpoint.tensors[k].file == shard)
+            self.changes.append(Change(shard, "tensor names", "=", ("experts.<proj>.<e> -> experts.<e>.<proj>",),
+                                       f"{n} expert tensor(s) vLLM's loader cannot map"))
+
     @property
     def changed(self) -> bool:
-        return bool(self.reencode) or self.config != dict(self.checkpoint.config or {}) or (
+        edits = bool(self.reencode) or bool(self.index_add) or bool(self.rename)
+        return edits or self.config != dict(self.checkpoint.config or {}) or (
             self.hf_quant_config != (dict(self.checkpoint.hf_quant_config)
                                      if self.checkpoint.hf_quant_config else None))
 
@@ -152,7 +203,7 @@ class Plan:
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        return not self.problems and not any(ov.index_add or ov.rename for ov in self.overlays)
 
     def pending(self, pick: Callable[[Problem], bool] = lambda p: True) -> list[Problem]:
         return [p for p in self.problems if not p.handled and pick(p)]
@@ -174,6 +225,8 @@ def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequenc
     for platform in platforms:
         for overlay, res in zip(overlays, open_resolvers(target, drafter, platform, draft_method), strict=True):
             problems += [Problem(platform, overlay, res, rt) for rt in res.routes() if rt.verdict != OK]
+            overlay.index_outside_drafts(res)
+            overlay.rename_unmapped_experts(res)
     plan = Plan(tuple(platforms), overlays, problems)
     if plan.clean:
         return plan

@@ -51,16 +51,19 @@ class Entry:
         return int(np.prod(self.shape)) * 2  # BF16
 
 
-def plan_shard(checkpoint: Checkpoint, shard: str, modules: Mapping[str, Module]) -> list[Entry]:
+def plan_shard(checkpoint: Checkpoint, shard: str, modules: Mapping[str, Module],
+               rename: Mapping[str, str] | None = None) -> list[Entry]:
     """The new shard's tensors in the old one's order: a re-encoded module's weight
-    becomes BF16, its scale disappears, anything else it holds is copied."""
+    becomes BF16, its scale disappears, anything else it holds is copied (under
+    ``rename``'s name where it has one)."""
+    rename = rename or {}
     tensors = sorted((t for t in checkpoint.tensors.values() if t.file == shard), key=lambda t: t.offsets[0])
     out: list[Entry] = []
     for t in tensors:
         module, suffix = split_name(t.name)
         mod = modules.get(module)
         if mod is None or suffix not in ("weight", "scale", "weight_scale"):
-            out.append(Entry(t.name, t.dtype, t.shape, source=t))
+            out.append(Entry(rename.get(t.name, t.name), t.dtype, t.shape, source=t))
         elif suffix == "weight":
             out.append(Entry(t.name, "BF16", (*t.shape[:-1], t.shape[-1] * 2), module=mod))
     return out

@@ -126,7 +126,8 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
     root = sh.local_root(ov.checkpoint)
     result = Written(ov, dest)
     modules = _modules(ov)
-    rewritten = sorted({t.file for m in modules.values() for t in m.params.values()})
+    rewritten = sorted({t.file for m in modules.values() for t in m.params.values()}
+                       | {ov.checkpoint.tensors[n].file for n in ov.rename})
     for src in sorted(root.rglob("*")):
         rel = src.relative_to(root).as_posix()
         if src.is_dir() or ".git" in rel.split("/"):
@@ -134,7 +135,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if rel in rewritten:
-            entries = sh.plan_shard(ov.checkpoint, rel, modules)
+            entries = sh.plan_shard(ov.checkpoint, rel, modules, ov.rename)
             result.written[rel] = sh.write_shard(ov.checkpoint, rel, entries, target)
             result.replaced[rel] = src.stat().st_size
         elif rel == CONFIG and ov.config != dict(ov.checkpoint.config or {}):
@@ -142,7 +143,7 @@ def _write_overlay(ov: Overlay, dest: Path) -> Written:
         elif rel == HF_QUANT and ov.hf_quant_config is not None and \
                 ov.hf_quant_config != dict(ov.checkpoint.hf_quant_config or {}):
             result.written[rel] = _json(target, ov.hf_quant_config)
-        elif rel == INDEX and rewritten:
+        elif rel == INDEX and (rewritten or ov.index_add):
             result.written[rel] = _index(ov, src, target, modules)
         else:
             _link(src, target, result)
@@ -163,16 +164,17 @@ def _json(path: Path, obj: dict) -> int:
 
 
 def _index(ov: Overlay, src: Path, target: Path, modules) -> int:
-    """The index with each re-encoded module's scale gone and sizes recomputed."""
+    """The index with each re-encoded module's scale gone, the draft tensors it never
+    named added (``Overlay.index_add``) and sizes recomputed."""
     index = json.loads(src.read_text())
     dropped = {t.name for m in modules.values() for p, t in m.params.items() if p in ("scale", "weight_scale")}
-    weight_map = {k: v for k, v in index["weight_map"].items() if k not in dropped}
+    weight_map = {k: v for k, v in index["weight_map"].items() if k not in dropped} | ov.index_add
     total = 0
     for name in weight_map:
         t = ov.checkpoint.tensors[name]
         mod = modules.get(name.rsplit(".", 1)[0])
         total += t.numel * 2 * 2 if mod is not None and name.endswith(".weight") else t.nbytes
-    index["weight_map"] = weight_map
+    index["weight_map"] = {ov.rename.get(k, k): v for k, v in weight_map.items()}
     index.setdefault("metadata", {})["total_size"] = total
     return _json(target, index)
 

@@ -62,6 +62,7 @@ from specguard.declared.patterns import (
     vllm_is_layer_skipped,
 )
 from specguard.engines import EngineChoice
+from specguard.engines.vllm import gptq
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import Layout, layout_for
@@ -85,6 +86,16 @@ _MTP_ONLY = frozenset({"e_proj", "h_proj", "enorm", "hnorm", "shared_head"})
 # packed_modules_mapping of the model classes (nvidia/model.py; cpu/model.py and amd/model.py; deepseek_v2.py).
 _V4_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"], "fused_wkv_wgate": ["wkv", "wgate"]}
 _GENERIC_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+# qwen3_5_mtp.py Qwen3_5MTP.packed_modules_mapping (configure_quant_config hands it to the
+# shared quant config when the drafter is built); qwen3_5.py Qwen3_5ForConditionalGeneration's
+_QWEN3_5_MTP_PACKED = _GENERIC_PACKED
+_QWEN3_5_PACKED = {**_GENERIC_PACKED, "in_proj_qkvz": ["in_proj_qkv", "in_proj_z"],
+                   "in_proj_ba": ["in_proj_b", "in_proj_a"]}
+# qwen3_next.py Qwen3NextForCausalLM: its checkpoints store in_proj_qkvz / in_proj_ba fused
+_QWEN3_NEXT_PACKED = {**_GENERIC_PACKED, "in_proj_qkvz": ["in_proj_qkvz"], "in_proj_ba": ["in_proj_ba"]}
+# Qwen3.5/Qwen3-Next layers built with quant_config=None: GDN conv1d
+# (qwen_gdn_linear_attn.py), the shared-expert gate (qwen3_next.py ReplicatedLinear)
+_QWEN3_5_NO_QUANT = (".linear_attn.conv1d", ".mlp.shared_expert_gate")
 _V4_CPU_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"]}
 
 # nvidia/model.py ``_make_deepseek_v4_weights_mapper("fp4").get_rename_mapper()``.
@@ -154,7 +165,10 @@ class Vllm033:
         draft_method: str | None = None,
         draft_config: Mapping[str, Any] | None = None,
         draft_hf_quant_config: Mapping[str, Any] | None = None,
+        stored_tensors: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """``stored_tensors``: (name, dtype) of every tensor in every ``*.safetensors``
+        of the checkpoint directory, which GPTQ's ``maybe_update_config`` reads."""
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
         self.platform = platform
@@ -176,6 +190,9 @@ class Vllm033:
         qc = config.get("quantization_config") or self.text.get("quantization_config") or {}
         self.expert_dtype = str(self.text.get("expert_dtype") or "fp4")
         self.moe_quant_algo = str(qc.get("moe_quant_algo") or "").upper() if isinstance(qc, Mapping) else ""
+        self.quantization_config: Mapping[str, Any] = qc if isinstance(qc, Mapping) else {}
+        self.stored_tensors = tuple(stored_tensors)
+        self._gptq_layers: list[str] | None = None
 
     # -- which class, which lists --------------------------------------------
 
@@ -253,6 +270,8 @@ class Vllm033:
                 return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
                                     "mxfp4.py Mxfp4Config.get_quant_method: every RoutedExperts", cls)
             return self._plain(d, cls, _unquantized_method(kind), "mxfp4.py: linears stay unquantized")
+        if isinstance(d, IntGroupDeclared) and d.stack == s.GPTQ and model in (TARGET_MODEL, MTP_MODEL):
+            return self._gptq(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
             claim = d.scheme_for(runtime_prefix, kind=kind)
             method = "AutoGPTQLinearMethod" if d.stack == s.GPTQ else "AutoAWQLinearMethod"
@@ -322,9 +341,39 @@ class Vllm033:
         parent, _, leaf = prefix.rpartition(".")
         if leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe"):
             return True  # MoE routers: GateLinear(quant_config=None) in deepseek_v2.py / deepseek_v4
+        if family == "qwen3_5" and prefix.endswith(_QWEN3_5_NO_QUANT):
+            return True
         if kind == r.HEAD_KIND and prefix == "lm_head" and family == "deepseek_v4":
             return True  # nvidia/model.py and dspark.py build ParallelLMHead without quant_config
         return family == "deepseek_v3" and prefix.endswith(".eh_proj") and self.layout.role(prefix).is_draft
+
+    def _gptq(self, d: IntGroupDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
+        """auto_gptq.py as it decides for this prefix (see engines/vllm/gptq.py)."""
+        qc = self.quantization_config
+        unquantized = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+        if model == MTP_MODEL and self.model_type.startswith("qwen3_5") and prefix.startswith("mtp.layers."):
+            hit = next((k for k in qc.get("dynamic") or {} if k.startswith("-:") and "mtp" in k), None)
+            if hit is not None:
+                return self._plain(d, cls, unquantized, f"qwen3_5_mtp.py: dynamic {hit!r} makes "
+                                   "Qwen3_5MultiTokenPredictor build the MTP layers with quant_config=None")
+        try:
+            got = gptq.gptq_builds(qc, prefix, kind, self.gptq_quantized_layers(), self._packed(model))
+        except gptq.MixedShards:
+            return EngineChoice(Scheme(s.UNKNOWN, reason="mixed shards"), "ValueError",
+                                "is_layer_gptq_quantized: some but not all shards are quantized", cls)
+        if not got.quantized:
+            return self._plain(d, cls, unquantized, f"gptq: {got.why}")
+        method = "AutoGPTQMoEMethod" if kind == r.ROUTED_EXPERTS else "AutoGPTQLinearMethod"
+        return EngineChoice(d.scheme_of(got.bits, got.group_size), method, f"gptq: {got.why}", cls)
+
+    def gptq_quantized_layers(self) -> list[str]:
+        """``modules_in_block_to_quantize`` flattened, or what ``maybe_update_config`` reads
+        from the headers when the config has none."""
+        if self._gptq_layers is None:
+            listed = self.quantization_config.get("modules_in_block_to_quantize") or []
+            flat = [t for x in listed for t in (x if isinstance(x, list) else [x]) if isinstance(t, str)]
+            self._gptq_layers = flat or gptq.header_scan_layers(self.stored_tensors)
+        return self._gptq_layers
 
     def _plain(self, d: Declared, cls: str | None, method: str, why: str) -> EngineChoice:
         return EngineChoice(d.unquantized, method, why, cls)
@@ -338,6 +387,10 @@ class Vllm033:
                 if self.text.get("q_lora_rank") is not None:
                     packed["fused_qkv_a_proj"] = ["q_a_proj", "kv_a_proj_with_mqa"]
                 return packed
+            if self.layout.family == "qwen3_5" and model != DSPARK_MODEL:
+                if model == MTP_MODEL:
+                    return _QWEN3_5_MTP_PACKED
+                return _QWEN3_NEXT_PACKED if self.model_type.startswith("qwen3_next") else _QWEN3_5_PACKED
             if self.layout.family == "generic" and model != DSPARK_MODEL:
                 # Llama/Qwen-style classes (qwen3_moe.py, llama.py ... packed_modules_mapping)
                 return _GENERIC_PACKED

@@ -106,6 +106,43 @@ def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
     return load_weights
 
 
+def wrap_filter_files(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``filter_duplicate_safetensors_files`` keeps only the files the index names; while a
+    draft loads (fix mode), a file the index never names that holds draft tensors no named
+    file holds (``model_extra_tensors.safetensors`` of AutoRound exports, SG303) is kept too."""
+    @functools.wraps(original)
+    def filter_files(hf_weights_files: list[str], hf_folder: str, index_file: str) -> list[str]:
+        kept = original(hf_weights_files, hf_folder, index_file)
+        if _draft_source.get() is None or current().mode != FIX:
+            return kept
+        try:
+            extra = draft_files_outside_index(hf_folder, hf_weights_files, kept)
+        except Exception as exc:
+            safety.warn_once("reading the draft's files outside the index", exc)
+            return kept
+        for path, count in extra.items():
+            log.info("specguard: reading %s, which the index never names: it stores %d draft tensor(s) "
+                     "(SG303)", path, count)
+        return [*kept, *extra]
+
+    return filter_files
+
+
+def draft_files_outside_index(folder: str, files: list[str], kept: list[str]) -> dict[str, int]:
+    """Files vLLM found but dropped that hold draft tensors only they store -> how many."""
+    import os
+
+    from specguard.resolve import Resolver
+
+    r = Resolver.open(folder)
+    counts: dict[str, int] = {}
+    for name in r.checkpoint.outside_index:
+        if r.layout.role(name).is_draft:
+            path = os.path.join(folder, r.checkpoint.tensors[name].file)
+            counts[path] = counts.get(path, 0) + 1
+    return {p: n for p, n in counts.items() if p in files and p not in kept}
+
+
 class DraftLoadError(RuntimeError):
     """The draft model's weight load left parameters unwritten (SPECGUARD_VLLM_GUARD=raise)."""
 
@@ -142,7 +179,8 @@ class DraftGuard:
         from specguard.guard import LoadGuard
 
         include = guarded_patterns(self.model)
-        self._guard = LoadGuard(self.model, policy="report", include=include, buffers=False)
+        self._guard = LoadGuard(self.model, policy="report", include=include, exclude=optional_parameters(self.model),
+                                buffers=False)
         self._guard.__enter__()
         return self
 
@@ -163,6 +201,17 @@ class DraftGuard:
             raise DraftLoadError(self.report)  # carries the table
         log.error("specguard: draft weights (%s=warn, serving anyway):\n%s", GUARD_ENV, self.report)
         return False
+
+
+def optional_parameters(model: Any) -> list[str]:
+    """Parameters vLLM registers for tensors a checkpoint may lack and drops when the load
+    left them unwritten: GPTQ MoE expert biases (auto_gptq.py ``AutoGPTQMoEMethod``
+    ``process_weights_after_loading`` unregisters ``w13_bias`` / ``w2_bias`` not loaded)."""
+    out = []
+    for name, module in model.named_modules():
+        if type(getattr(module, "quant_method", None)).__name__ == "AutoGPTQMoEMethod":
+            out += [f"{name}.w13_bias" if name else "w13_bias", f"{name}.w2_bias" if name else "w2_bias"]
+    return out
 
 
 def guarded_patterns(model: Any) -> list[str]:

@@ -28,6 +28,9 @@ _BY_CLASS = {
     "ModelOptMxFp8FusedMoE": s.MXFP8,
     "CompressedTensorsW8A8Mxfp8MoEMethod": s.MXFP8,
 }
+# auto_gptq.py methods (MoeWNA16Method: its fallback when Marlin cannot take the layer):
+# 4- or 8-bit integer groups, as their config's weight_bits says
+_INT_GROUP_CLASSES = frozenset({"AutoGPTQLinearMethod", "AutoGPTQMoEMethod", "MoeWNA16Method"})
 _FP8_CLASSES = frozenset({"Fp8MoEMethod", "Fp8LinearMethod", "CompressedTensorsW8A8Fp8MoEMethod"})
 # compressed-tensors linear methods delegate to a per-layer scheme object.
 _CT_SCHEMES = {
@@ -67,6 +70,9 @@ def built_format(method: Any, layer: Any) -> str | None:
     name = type(method).__name__
     if name in _BY_CLASS:
         return _BY_CLASS[name]
+    if name in _INT_GROUP_CLASSES:
+        bits = getattr(getattr(method, "quant_config", None), "weight_bits", 4)
+        return s.INT8_GROUP if bits == 8 else s.INT4_GROUP
     if name in _FP8_CLASSES:
         return s.FP8_BLOCK if getattr(method, "block_quant", False) else s.FP8_TENSOR
     if name == "CompressedTensorsLinearMethod":

@@ -5,11 +5,14 @@ What is patched (each when vLLM imports the module, see ``hooks``):
 * ``DeepseekV4FP8Config.get_quant_method`` of ``vllm.models.deepseek_v4`` (CPU,
   XPU registry) and ``vllm.models.deepseek_v41`` (CUDA/ROCm registry), plus
   V4.1's ``_is_nvfp4_expert_layer``; ``CompressedTensorsConfig.get_quant_method``
-  (llm-compressor checkpoints whose draft tower is BF16).
+  (llm-compressor checkpoints whose draft tower is BF16); ``AutoGPTQConfig.get_quant_method``
+  (GPTQ checkpoints whose ``dynamic`` rules claim a BF16 drafter quantized).
 * ``VllmConfig._get_quantization_config``: tags each quant config with the
   checkpoint it was built from, so a separate drafter routes by its own disk.
 * ``BaseModelLoader.load_model`` / ``DefaultModelLoader.load_weights``: the
-  start-up log and the LoadGuard around the draft model's weight load.
+  start-up log and the LoadGuard around the draft model's weight load;
+  ``filter_duplicate_safetensors_files`` as ``default_loader`` calls it: a draft
+  load also reads a file the index never names that stores its tensors.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ log = logging.getLogger("vllm.specguard")
 V4_QUANT = "vllm.models.deepseek_v4.quant_config"
 V41_QUANT = "vllm.models.deepseek_v41.quant_config"
 CT_QUANT = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"
+GPTQ_QUANT = "vllm.model_executor.layers.quantization.auto_gptq"
 VLLM_CONFIG = "vllm.config.vllm"
 BASE_LOADER = "vllm.model_executor.model_loader.base_loader"
 DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
@@ -163,6 +167,16 @@ def _patch_compressed_tensors(module: ModuleType) -> None:
         _log_routing(cls)
 
 
+def _patch_auto_gptq(module: ModuleType) -> None:
+    """GPTQ checkpoints (auto-round and GPTQModel exports): a ``dynamic`` rule that claims a
+    BF16 drafter quantized builds GPTQ experts for it; routed by what is stored instead."""
+    from specguard.integrations.vllm import routing
+
+    cls = module.AutoGPTQConfig
+    if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
+        _log_routing(cls)
+
+
 def _log_routing(cls: type) -> None:
     # Logged when vLLM imports the class: by then vLLM has configured its logging,
     # which it has not always when plugins load.
@@ -212,6 +226,8 @@ def _patch_default_loader(module: ModuleType) -> None:
     from specguard.integrations.vllm import loading
 
     _patches.replace(module.DefaultModelLoader, "load_weights", loading.wrap_load_weights)
+    # default_loader.py imports the function by name: its module global is the one called
+    _patches.replace(module, "filter_duplicate_safetensors_files", loading.wrap_filter_files)
 
 
 # Which vLLM module each patch waits for (applied when vLLM imports it).
@@ -219,6 +235,7 @@ _HOOKS: dict[str, Callable[[ModuleType], None]] = {
     V4_QUANT: _patch_v4,
     V41_QUANT: _patch_v41,
     CT_QUANT: _patch_compressed_tensors,
+    GPTQ_QUANT: _patch_auto_gptq,
     VLLM_CONFIG: _patch_vllm_config,
     BASE_LOADER: _patch_base_loader,
     DEFAULT_LOADER: _patch_default_loader,

@@ -9,7 +9,10 @@ Per stack (declared/ models each stack's semantics):
   (``should_ignore_layer``); ``re:`` entries are never renamed
   (``CompressedTensorsConfig.apply_vllm_mapper``);
 - ModelOpt: ``ignore`` / ``exclude_modules`` (exact, substring or fnmatch,
-  ``is_layer_excluded``), in the file the claim lives in.
+  ``is_layer_excluded``), in the file the claim lives in;
+- GPTQ: a ``-:`` rule first in ``dynamic`` (first match wins,
+  ``get_dynamic_override``), the positive rules it shadows dropped
+  (engines/vllm/gptq.py ``gptq_dynamic_fix``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 
 from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
 from specguard.declared.model import Semantics
+from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
@@ -50,6 +54,15 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str)
         block, _ = overlay.quant_block()
         key = "ignore" if "ignore" in block else "exclude_modules"
         overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT), why)
+    elif stack == "gptq":
+        block, _ = overlay.quant_block()
+        quantized = [rt.prefix for rt in resolver.routes() if rt.stored is not None and rt.stored.quantized]
+        fixed = gptq_dynamic_fix(dict(block.get("dynamic") or {}), prefixes, quantized)
+        if fixed is None:
+            raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
+                               f"no dynamic rule excludes only {', '.join(prefixes)}: a '-:' rule naming mtp "
+                               "builds every MTP layer unquantized (qwen3_5_mtp.py), quantized ones too")
+        overlay.set_quant_key("dynamic", fixed, why)
     else:
         raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                            f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")

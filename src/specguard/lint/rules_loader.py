@@ -1,0 +1,67 @@
+"""SG7xx: tensors stored under names the engine's loader maps to no parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from specguard.engines.vllm.loader import FAILS, SKIPPED, expert_load, renamed
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.layouts import roles as r
+from specguard.lint.context import LintContext, describe
+from specguard.lint.finding import ERROR, Finding
+from specguard.lint.registry import rule
+
+
+def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
+    """(tensor name, its part after the layer's ``experts.``, is 3-D) of every routed-expert tensor."""
+    for res, rt in ctx.all_routes():
+        if rt.kind != r.ROUTED_EXPERTS:
+            continue
+        # with a quant config, AutoWeightsLoader drops ``.g_idx`` before any layer sees it
+        # (QuantizationConfig.get_checkpoint_weight_mapper)
+        dropped = ("g_idx",) if res.declared_config.stack != "none" else ()
+        for module in rt.checkpoint_names:
+            mod = res.table.modules.get(module)
+            if mod is None or ".experts." not in f"{module}.":
+                continue
+            below = module.split(".experts", 1)[1].lstrip(".")
+            for param in mod.params:
+                if param in dropped:
+                    continue
+                t = res.checkpoint.tensors.get(f"{module}.{param}")
+                rest = f"{below}.{param}" if below else param
+                yield f"{module}.{param}", rest, t is not None and len(t.shape) == 3
+
+
+@rule("SG701", "tensors-no-engine-parameter-takes", ERROR,
+      "Tensors are stored under names the engine's weight loader maps to no parameter: they stop the load "
+      "or are silently dropped, leaving the parameters they were meant for unwritten.")
+def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
+    fails: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    for name, rest, is_3d in _expert_tensors(ctx):
+        got = expert_load(rest, is_3d)
+        if got is not None and got.outcome == FAILS:
+            fails.append((name, got.parameter or ""))
+        elif got is not None and got.outcome == SKIPPED:
+            skipped.append((name, ""))
+    if not fails and not skipped:
+        return
+    names = tuple(n for n, _ in fails + skipped)
+    example = next((n for n in names if n.endswith(("qweight", ".weight"))), names[0])
+    head, _, rest = example.partition(".experts.")
+    fixed = f"{head}.experts.{renamed(rest) or rest}"
+    parts = []
+    if fails:
+        parts.append(f"{ENGINE} fails to start on {len(fails)} (RoutedExperts.load_weights: no parameter "
+                     f"{dict(fails).get(example, fails[0][1])!r}, AttributeError)")
+    if skipped:
+        parts.append(f"{len(skipped)} match nothing and are skipped (w13 parameters unwritten)")
+    yield Finding(
+        "SG701", ERROR,
+        f"{len(names)} routed-expert tensor(s) put the expert index after the projection "
+        f"({example}); {'; '.join(parts)}: {describe(names)}",
+        names,
+        f"store them as experts.<e>.<projection>.<tensor> (e.g. {fixed})",
+        data={"fails": [n for n, _ in fails], "skipped": [n for n, _ in skipped]},
+    )
