@@ -81,8 +81,11 @@ def check_header_length(n: int, size: int, where: str) -> None:
         raise CheckpointError(where, f"header length {n} runs past the end of the file ({size} bytes)")
 
 
-def parse_header(raw: bytes, size: int, where: str) -> FileHeader:
-    """Validate a header's JSON against the file size, as the reference does."""
+def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> FileHeader:
+    """Validate a header's JSON against the file size, as the reference does.
+
+    ``where`` names the file in messages; ``file`` (default ``where``) is what
+    each TensorInfo names as its shard."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -92,15 +95,15 @@ def parse_header(raw: bytes, size: int, where: str) -> FileHeader:
         raise CheckpointError(where, f"header is a JSON {type(obj).__name__}, not an object")
     data_start = 8 + len(raw)
     metadata = _metadata(obj.pop("__metadata__", None), where)
-    tensors = _fast_tensors(obj, data_start, size - data_start, where)
+    tensors = _fast_tensors(obj, data_start, size - data_start, file or where)
     if tensors is None:  # something is wrong: the careful pass names the entry
         tensors = _careful_tensors(obj, data_start, where)
         _check_layout(tensors, size - data_start, data_start, where)
         raise CheckpointError(where, "header failed validation")  # not reached: the careful pass raised
-    return FileHeader(where, size, data_start, tensors, metadata)
+    return FileHeader(file or where, size, data_start, tensors, metadata)
 
 
-def _fast_tensors(obj: dict, data_start: int, buffer: int, where: str) -> dict[str, TensorInfo] | None:
+def _fast_tensors(obj: dict, data_start: int, buffer: int, file: str) -> dict[str, TensorInfo] | None:
     """All checks of ``_careful_tensors`` + ``_check_layout`` as whole-column
     operations (map/zip/set run in C), or None when any fails.
 
@@ -142,7 +145,7 @@ def _fast_tensors(obj: dict, data_start: int, buffer: int, where: str) -> dict[s
     if last != buffer:
         return None
     absolute = zip(map(data_start.__add__, begins), map(data_start.__add__, ends), strict=True)
-    rows = zip(names, dtypes, map(tuple, shapes), repeat(where), absolute)
+    rows = zip(names, dtypes, map(tuple, shapes), repeat(file), absolute)
     return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows), strict=True))
 
 
