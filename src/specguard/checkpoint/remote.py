@@ -30,7 +30,16 @@ from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import FileHeader, check_header_length, parse_header
 from specguard.checkpoint.index import (
-    CONFIG, CONFIGS, HF_QUANT_CONFIG, INDEX, SINGLE, escapes, index_metadata, load_json, merge, weight_map_of,
+    CONFIG,
+    CONFIGS,
+    HF_QUANT_CONFIG,
+    INDEX,
+    SINGLE,
+    escapes,
+    index_metadata,
+    load_json,
+    merge,
+    weight_map_of,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +52,7 @@ if TYPE_CHECKING:
 POOL = 16
 FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
 TIMEOUT = 30.0  # seconds per request; timeouts are retried
-RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped connections (huggingface_hub's http_backoff)
+RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped answers (huggingface_hub's http_backoff)
 ENTRY_MARGIN = 1.03  # on the learned bytes per entry: digits of offsets vary between shards
 SLACK = 256  # bytes per first read beyond the estimate (metadata, padding)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
@@ -95,10 +104,13 @@ class _Hub:
 
     def request(self, method: str, url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
         """One request, retried on 429 (after ``Retry-After``), 5xx and timeouts."""
+        import httpx2 as httpx
         from huggingface_hub.utils import http_backoff
 
         return http_backoff(
             method, url, headers={**self.headers, **(headers or {})}, timeout=TIMEOUT, max_retries=RETRIES,
+            # A refused connection or unknown host is not retried: the server is not there.
+            retry_on_exceptions=(httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError),
             follow_redirects=method == "GET",  # a HEAD answers on the Hub itself; GETs go on to the CDN
         )
 
@@ -218,10 +230,10 @@ def _read_headers(
 
 def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
     """Bytes to ask for first: the 8-byte length and the whole header, estimated."""
-    if not tensor_names or per_entry is None and len(tensor_names) <= 1:
+    if not tensor_names or (per_entry is None and len(tensor_names) <= 1):
         return FIRST_READ
-    if per_entry is None:  # no shard read yet: a generous guess (~120 bytes per entry in real headers)
-        per_entry = 160.0
+    if per_entry is None:  # no shard read yet: above the ~70-100 bytes an entry takes beyond its name
+        per_entry = 128.0
     name_bytes = sum(map(len, map(str.encode, tensor_names)))
     return 8 + name_bytes + int(len(tensor_names) * per_entry * ENTRY_MARGIN) + SLACK
 

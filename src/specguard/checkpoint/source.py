@@ -17,7 +17,15 @@ from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import FileHeader, read_header
 from specguard.checkpoint.index import (
-    CONFIG, HF_QUANT_CONFIG, INDEX, SINGLE, escapes, index_metadata, load_json, merge, weight_map_of,
+    CONFIG,
+    HF_QUANT_CONFIG,
+    INDEX,
+    SINGLE,
+    escapes,
+    index_metadata,
+    load_json,
+    merge,
+    weight_map_of,
 )
 
 __all__ = ["Checkpoint", "Progress", "gc_paused", "open_checkpoint"]
