@@ -41,6 +41,12 @@ def snapshot_path(endpoint: str, repo_id: str, commit: str) -> Path:
     return cache_root() / "remote" / server / safe_repo / f"{commit}.v{VERSION}.msgpack"
 
 
+def seen(endpoint: str, repo_id: str) -> bool:
+    """Whether any commit of this repo was cached (then a HEAD first can save the index)."""
+    folder = snapshot_path(endpoint, repo_id, "x").parent
+    return folder.is_dir() and any(folder.glob(f"*.v{VERSION}.msgpack"))
+
+
 def load(path: Path) -> Snapshot | None:
     try:
         return msgspec.msgpack.decode(path.read_bytes(), type=Snapshot)

@@ -1,28 +1,30 @@
 """Remote headers over HTTP range requests, through huggingface_hub's client.
 
 Only the index, the config files and each shard's header bytes travel; tensor
-data never does. For a repo of S shards, S + 4 requests in three rounds:
+data never does. For a repo of S shards, S + 3 requests in three rounds and
+the waves of the last:
 
-1. one HEAD on the index at the asked revision: the commit it resolves to
-   (``X-Repo-Commit``) and whether the repo has an index at all;
-2. the index and both config files together, by commit (a 404 says a config
-   is absent: no separate question whether it exists);
-3. every shard's header from a bounded pool, each in one range read sized from
-   the names the index gives the shard (one shard first, to learn how many
-   bytes an entry takes beyond its name in this checkpoint).
+1. the index at the asked revision; its answer names the commit the revision
+   resolves to (``X-Repo-Commit``), or says the repo has no index (404);
+2. both config files by commit (a 404 says one is absent: no separate question
+   whether it exists), together with the header of the shard holding the most
+   tensors, which shows how many bytes an entry takes beyond its name;
+3. every other shard's header from a bounded pool, each in one range read sized
+   from the names the index gives it, parsed as it arrives.
 
-What was read is cached by commit (cache.py): a second audit of the same
-revision costs round 1 only. Answers are validated as strictly as local files,
-plus what only a server can get wrong: a range shorter than asked, a size that
-lies, an HTML page instead of bytes.
+What was read is cached by commit (cache.py). A repo seen before starts with a
+HEAD instead, which resolves the revision without the index's bytes: a second
+audit of the same revision costs that one request, a moved revision S + 4.
+Answers are validated as strictly as local files, plus what only a server can
+get wrong: a range shorter than asked, a size that lies, an HTML page.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from specguard.checkpoint import cache
@@ -45,11 +47,11 @@ from specguard.checkpoint.index import (
 if TYPE_CHECKING:
     import httpx2
 
-# Concurrent range reads. The Hub counts requests per 5-minute window (its
+# Requests in flight at once. The Hub counts requests per 5-minute window (its
 # resolver quota is in the thousands even for anonymous users), not open
-# connections; 16 keeps a 163-shard audit to ~11 round trips while staying
-# inside the shared HTTP client's keep-alive pool (httpx keeps 20).
-POOL = 16
+# connections; 32 is huggingface_hub's own cap for its thread pools
+# (utils/tqdm.py, thread_map) and reads a 163-shard header set in 6 waves.
+POOL = 32
 FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
 TIMEOUT = 30.0  # seconds per request; timeouts are retried
 RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped answers (huggingface_hub's http_backoff)
@@ -71,19 +73,24 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
         if snapshot is not None:
             return _build(repo_id, revision, snapshot)
     try:
-        commit, indexed = hub.lookup(revision)
-        path = cache.snapshot_path(hub.endpoint, repo_id, commit)
-        snapshot = cache.load(path)
-        if snapshot is None:
-            snapshot = _fetch(hub, commit, indexed, progress)
-            checkpoint = _build(repo_id, commit, snapshot)  # validate before caching
-            cache.save(path, snapshot)
-            return checkpoint
+        if cache.seen(hub.endpoint, repo_id):
+            commit, indexed = hub.lookup(revision)
+            snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, commit))
+            if snapshot is not None:
+                return _build(repo_id, commit, snapshot)
+            index, _ = hub.get_file(INDEX, commit) if indexed else (None, commit)
+            if indexed and index is None:  # the HEAD saw it, the GET did not
+                raise CheckpointError(f"{repo_id}/{INDEX}", f"found at {commit}, then not found at it")
+        else:
+            index, commit = hub.get_file(INDEX, revision)
+        snapshot, headers = _fetch(hub, commit, index, progress)
+        checkpoint = _build(repo_id, commit, snapshot, headers)  # validated before it is cached
     except HfHubHTTPError as e:
         raise CheckpointError(repo_id, f"HTTP error: {str(e).splitlines()[0]}") from e
     except (OSError, httpx.HTTPError) as e:  # refused, DNS, timeouts after retries, offline mode
         raise CheckpointError(repo_id, f"cannot reach the server: {e}") from e
-    return _build(repo_id, commit, snapshot)
+    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
+    return checkpoint
 
 
 class _Hub:
@@ -115,30 +122,36 @@ class _Hub:
         )
 
     def lookup(self, revision: str | None) -> tuple[str, bool]:
-        """The commit ``revision`` resolves to, and whether the repo has an index."""
+        """The commit ``revision`` resolves to, and whether the repo has an index: one HEAD."""
         from huggingface_hub.utils import hf_raise_for_status
 
         r = self.request("HEAD", self.url(INDEX, revision))
-        commit = r.headers.get("x-repo-commit")
-        found = r.status_code < 400
-        if not found and not _missing_entry(r):
+        if r.status_code >= 400 and not _missing_entry(r):
             hf_raise_for_status(r)
+        return self.commit_of(r, revision), r.status_code < 400
+
+    def get_file(self, name: str, revision: str | None) -> tuple[bytes | None, str]:
+        """A small file's bytes (None when the repo has no such file) and the commit they are from."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        r = self.request("GET", self.url(name, revision))
+        commit = self.commit_of(r, revision)
+        if _missing_entry(r):
+            return None, commit
+        hf_raise_for_status(r)
+        _not_html(r, f"{self.repo_id}/{name}")
+        return r.content, commit
+
+    def commit_of(self, r: httpx2.Response, revision: str | None) -> str:
+        """The commit the Hub resolved ``revision`` to: on its own answer, before any CDN redirect."""
+        commit = next((h.headers["x-repo-commit"] for h in (*r.history, r) if "x-repo-commit" in h.headers), None)
         if commit is None:
+            if revision and _COMMIT.match(revision):
+                return revision
             raise CheckpointError(self.repo_id, f"the server did not name the commit of {revision or 'main'}")
         if not _COMMIT.match(commit):
             raise CheckpointError(self.repo_id, f"the server named {commit[:60]!r} as the commit, not a hash")
-        return commit, found
-
-    def get_file(self, name: str, commit: str) -> bytes | None:
-        """A small file's bytes, or None when the repo has no such file."""
-        from huggingface_hub.utils import hf_raise_for_status
-
-        r = self.request("GET", self.url(name, commit))
-        if _missing_entry(r):
-            return None
-        hf_raise_for_status(r)
-        _not_html(r, f"{self.repo_id}/{name}")
-        return r.content
+        return commit
 
     def get_range(self, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
         """Bytes [start, end] of a file (fewer only where the file ends) and its size."""
@@ -173,29 +186,25 @@ def _not_html(r: httpx2.Response, where: str) -> None:
         raise CheckpointError(where, f"the server answered an HTML page (HTTP {r.status_code}), not the file")
 
 
-def _fetch(hub: _Hub, commit: str, indexed: bool, progress: Progress | None) -> cache.Snapshot:
-    """Rounds 2 and 3: index and configs together, then every shard's header."""
-    with ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote") as pool:
-        jobs = [(hub.get_file, n, commit) for n in CONFIGS]
-        if not indexed:  # a single file: its header travels with the configs, one round in all
-            *configs, (size, raw) = _all(pool, [*jobs, (_read_single, hub, commit)])
-            _report(progress, 1, 1)
-            return cache.Snapshot(None, dict(zip(CONFIGS, configs, strict=True)), [(SINGLE, size, raw)])
-        *configs, index = _all(pool, [*jobs, (hub.get_file, INDEX, commit)])
-        if index is None:  # the HEAD saw it, the GET did not
-            raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
+def _fetch(
+    hub: _Hub, commit: str, index: bytes | None, progress: Progress | None,
+) -> tuple[cache.Snapshot, list[FileHeader]]:
+    """Rounds 2 and 3: the configs and every shard's header, each header parsed as it arrives."""
+    if index is None:
+        shards = {SINGLE: []}
+    else:
         weight_map = weight_map_of(load_json(index, f"{hub.repo_id}/{INDEX}"), f"{hub.repo_id}/{INDEX}")
-        headers = _read_headers(pool, hub, commit, _shards_of(weight_map, hub.repo_id), progress)
-    return cache.Snapshot(index, dict(zip(CONFIGS, configs, strict=True)), headers)
-
-
-def _read_single(hub: _Hub, commit: str) -> tuple[int, bytes]:
-    from huggingface_hub.errors import EntryNotFoundError
-
-    try:
-        return _read_header(hub, commit, SINGLE, FIRST_READ)
-    except EntryNotFoundError as e:
-        raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
+        shards = _shards_of(weight_map, hub.repo_id)
+    with ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote") as pool:
+        configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
+        try:
+            raws, headers = _read_headers(pool, hub, commit, shards, progress)
+            config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
+        except BaseException:
+            for f in configs:
+                f.cancel()
+            raise
+    return cache.Snapshot(index, config_bytes, raws), headers
 
 
 def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
@@ -211,21 +220,28 @@ def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]
 
 def _read_headers(
     pool: ThreadPoolExecutor, hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None,
-) -> list[tuple[str, int, bytes]]:
-    """Every shard's (size, header bytes). The shard holding the most tensors goes
-    first, alone: its header says how many bytes an entry takes beyond its name,
-    which sizes every other shard's single read to within a few percent."""
+) -> tuple[list[tuple[str, int, bytes]], list[FileHeader]]:
+    """Every shard's (name, size, header bytes) and parsed header, in name order.
+
+    The shard holding the most tensors goes first, alone: its header says how
+    many bytes an entry takes beyond its name, which sizes every other shard's
+    single read to within a few percent."""
     names = list(shards)
+    raws: dict[str, tuple[str, int, bytes]] = {}
+    parsed: dict[str, FileHeader] = {}
+
+    def arrived(shard: str, size: int, raw: bytes) -> None:  # main thread, while other reads are in flight
+        raws[shard] = (shard, size, raw)
+        parsed[shard] = parse_header(raw, size, f"{hub.repo_id}/{shard}", file=shard)
+        _report(progress, len(parsed), len(names))
+
     first = max(names, key=lambda s: len(shards[s]))
-    done: dict[str, tuple[int, bytes]] = {}
-    done[first] = _read_header(hub, commit, first, _first_read(shards[first], None))
-    _report(progress, len(done), len(names))
-    per_entry = _bytes_per_entry(shards[first], done[first][1])
+    arrived(first, *pool.submit(_read_header, hub, commit, first, _first_read(shards[first], None)).result())
+    per_entry = _bytes_per_entry(shards[first], raws[first][2])
     rest = [s for s in names if s != first]
     jobs = [(_read_header, hub, commit, s, _first_read(shards[s], per_entry)) for s in rest]
-    for s, result in zip(rest, _all(pool, jobs, lambda n: _report(progress, n + 1, len(names))), strict=True):
-        done[s] = result
-    return [(s, *done[s]) for s in names]
+    _all(pool, jobs, lambda i, result: arrived(rest[i], *result))
+    return [raws[s] for s in names], [parsed[s] for s in names]
 
 
 def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
@@ -245,38 +261,42 @@ def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float | None:
 
 def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
     """A shard's size and header bytes: one range read, a second only when the header is longer."""
+    from huggingface_hub.errors import EntryNotFoundError
+
     where = f"{hub.repo_id}/{shard}"
-    head, size = hub.get_range(shard, commit, 0, first_read - 1)
-    if len(head) < 8:
-        raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
-    n = int.from_bytes(head[:8], "little")
-    check_header_length(n, size, where)
-    raw = head[8 : 8 + n]
-    if len(raw) < n:
-        rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
-        raw += rest
+    try:
+        head, size = hub.get_range(shard, commit, 0, first_read - 1)
+        if len(head) < 8:
+            raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
+        n = int.from_bytes(head[:8], "little")
+        check_header_length(n, size, where)
+        raw = head[8 : 8 + n]
+        if len(raw) < n:
+            rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
+            raw += rest
+    except EntryNotFoundError as e:
+        if shard == SINGLE:
+            raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
+        raise CheckpointError(f"{hub.repo_id}/{INDEX} [{shard}]", "shard named by the index does not exist") from e
     return size, raw
 
 
-def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_done: Callable[[int], None] | None = None) -> list:
-    """Run ``(fn, *args)`` jobs on the pool; results in job order. The first failure
-    cancels what has not started and is raised (one bad shard, one line)."""
+def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, object], None]) -> None:
+    """Run ``(fn, *args)`` jobs on the pool, handing each result (job number, result)
+    to ``on_result`` as it comes. The first failure cancels what has not started
+    and is raised (one bad shard, one line)."""
     futures: list[Future] = [pool.submit(*job) for job in jobs]
+    number = {f: i for i, f in enumerate(futures)}
     pending = set(futures)
-    finished = 0
     try:
         while pending:
-            ready, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in ready:
-                f.result()  # raises the job's error
-                finished += 1
-                if on_done:
-                    on_done(finished)
+                on_result(number[f], f.result())  # raises the job's error
     except BaseException:
         for f in futures:
             f.cancel()
         raise
-    return [f.result() for f in futures]
 
 
 def _report(progress: Progress | None, done: int, total: int) -> None:
@@ -284,13 +304,16 @@ def _report(progress: Progress | None, done: int, total: int) -> None:
         progress(done, total)
 
 
-def _build(repo_id: str, commit: str, snapshot: cache.Snapshot) -> Checkpoint:
-    """Parse and validate what was read (fresh or cached) into a Checkpoint."""
+def _build(
+    repo_id: str, commit: str, snapshot: cache.Snapshot, headers: list[FileHeader] | None = None,
+) -> Checkpoint:
+    """What was read (fresh, with its headers parsed on arrival, or cached) as a Checkpoint."""
     weight_map = meta = None
     if snapshot.index is not None:
         index = load_json(snapshot.index, f"{repo_id}/{INDEX}")
         weight_map, meta = weight_map_of(index, f"{repo_id}/{INDEX}"), index_metadata(index)
-    headers = list(_parse_headers(repo_id, snapshot.shards))
+    if headers is None:
+        headers = [parse_header(raw, size, f"{repo_id}/{shard}", file=shard) for shard, size, raw in snapshot.shards]
     tensors = merge(headers, weight_map)
     unindexed = ()
     if weight_map is not None and len(tensors) != len(weight_map):
@@ -300,9 +323,3 @@ def _build(repo_id: str, commit: str, snapshot: cache.Snapshot) -> Checkpoint:
         repo_id, None, tuple(h.file for h in headers), tensors, configs.get(CONFIG), configs.get(HF_QUANT_CONFIG),
         remote=True, commit=commit, index=meta, unindexed=unindexed,
     )
-
-
-def _parse_headers(repo_id: str, shards: list[tuple[str, int, bytes]]) -> Iterator[FileHeader]:
-    # Tensors name their shard as local checkpoints do: by its name in the repo.
-    for shard, size, raw in shards:
-        yield parse_header(raw, size, f"{repo_id}/{shard}", file=shard)
