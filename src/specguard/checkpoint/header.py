@@ -11,9 +11,10 @@ import os
 import struct
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import mul
+from operator import attrgetter, mul
 from typing import NamedTuple
 
+import msgspec
 import orjson
 
 from specguard.checkpoint.dtypes import BITS
@@ -81,11 +82,54 @@ def check_header_length(n: int, size: int, where: str) -> None:
         raise CheckpointError(where, f"header length {n} runs past the end of the file ({size} bytes)")
 
 
+class _Entry(msgspec.Struct, gc=False):
+    """One header entry as the typed decoder reads it. Every field optional, so
+    ``__metadata__`` (a map of strings) decodes too and is read on its own."""
+
+    dtype: str = ""
+    shape: tuple[int, ...] | None = None
+    data_offsets: tuple[int, int] | None = None
+
+
+class _Metadata(msgspec.Struct, rename={"metadata": "__metadata__"}):
+    metadata: dict[str, str] | None = None  # every other key is skipped unread
+
+
+_DECODE_ENTRIES = msgspec.json.Decoder(dict[str, _Entry]).decode
+_DECODE_METADATA = msgspec.json.Decoder(_Metadata).decode
+_DTYPE, _SHAPE, _DATA_OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
+
+
 def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> FileHeader:
     """Validate a header's JSON against the file size, as the reference does.
 
     ``where`` names the file in messages; ``file`` (default ``where``) is what
-    each TensorInfo names as its shard."""
+    each TensorInfo names as its shard.
+
+    A typed decoder (msgspec) reads well-formed headers into structs, checking
+    every type in C; what it rejects, or what fails a check after it, goes
+    through the dict path, which accepts exactly the same headers and names
+    the first bad entry (benchmarks/headers.py; tests/checkpoint/test_fuzz.py)."""
+    data_start = 8 + len(raw)
+    try:
+        obj = _DECODE_ENTRIES(raw)
+        metadata = _DECODE_METADATA(raw).metadata or {} if "__metadata__" in obj else {}
+    except msgspec.DecodeError:
+        pass
+    else:
+        obj.pop("__metadata__", None)
+        entries = list(obj.values())
+        shapes = list(map(_SHAPE, entries))
+        offsets = list(map(_DATA_OFFSETS, entries))
+        if None not in shapes and None not in offsets:
+            dtypes = list(map(_DTYPE, entries))
+            tensors = _checked(list(obj), dtypes, shapes, offsets, data_start, size - data_start, file or where)
+            if tensors is not None:
+                return FileHeader(file or where, size, data_start, tensors, metadata)
+    return _parse_dicts(raw, size, where, file)
+
+
+def _parse_dicts(raw: bytes, size: int, where: str, file: str | None) -> FileHeader:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -104,30 +148,40 @@ def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> 
 
 
 def _fast_tensors(obj: dict, data_start: int, buffer: int, file: str) -> dict[str, TensorInfo] | None:
-    """All checks of ``_careful_tensors`` + ``_check_layout`` as whole-column
-    operations (map/zip/set run in C), or None when any fails.
-
-    The header pass is dominated by per-tensor Python overhead; this keeps it
-    near the cost of ``json.loads`` itself (benchmarks/headers.py).
-    """
-    names = list(obj)
+    """The types ``_careful_tensors`` checks, as whole-column operations
+    (map/zip/set run in C), then ``_checked``; None when any fails."""
     entries = list(obj.values())
     try:
         dtypes = [e["dtype"] for e in entries]
         shapes = [e["shape"] for e in entries]
         offsets = [e["data_offsets"] for e in entries]
-        begins, ends = zip(*offsets, strict=True) if names else ((), ())
+        begins, ends = zip(*offsets, strict=True) if entries else ((), ())
     except (KeyError, TypeError, ValueError):
         return None
-    if not set(map(type, dtypes)) <= {str} or not set(dtypes) <= BITS.keys():
+    if not set(map(type, dtypes)) <= {str} or not set(map(type, shapes)) <= {list}:
         return None
-    if not set(map(type, shapes)) <= {list}:
-        return None
-    dims = list(chain.from_iterable(shapes))
-    if not set(map(type, dims)) <= {int} or min(dims, default=0) < 0:
+    if not set(map(type, chain.from_iterable(shapes))) <= {int}:
         return None
     if not set(map(type, begins)) | set(map(type, ends)) <= {int}:
         return None
+    return _checked(list(obj), dtypes, list(map(tuple, shapes)), offsets, data_start, buffer, file)
+
+
+def _checked(
+    names: list[str], dtypes: list[str], shapes: list[tuple[int, ...]], offsets: list, data_start: int,
+    buffer: int, file: str,
+) -> dict[str, TensorInfo] | None:
+    """All value checks of ``_careful_tensors`` + ``_check_layout`` on well-typed
+    columns, as whole-column operations; the records, or None when any fails.
+
+    The header pass is dominated by per-tensor Python overhead; this keeps it
+    near the cost of decoding the JSON itself (benchmarks/headers.py).
+    """
+    if not set(dtypes) <= BITS.keys():
+        return None
+    if min(chain.from_iterable(shapes), default=0) < 0:
+        return None
+    begins, ends = zip(*offsets, strict=True) if names else ((), ())
     bits = list(map(mul, map(math.prod, shapes), map(BITS.__getitem__, dtypes)))
     if any(map(operator.and_, bits, repeat(7))):
         return None
@@ -145,7 +199,7 @@ def _fast_tensors(obj: dict, data_start: int, buffer: int, file: str) -> dict[st
     if last != buffer:
         return None
     absolute = zip(map(data_start.__add__, begins), map(data_start.__add__, ends), strict=True)
-    rows = zip(names, dtypes, map(tuple, shapes), repeat(file), absolute)
+    rows = zip(names, dtypes, shapes, repeat(file), absolute)
     return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows), strict=True))
 
 

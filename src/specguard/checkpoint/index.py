@@ -64,12 +64,14 @@ def merge(headers: list[FileHeader], weight_map: dict[str, str] | None) -> dict[
                     raise CheckpointError(f"{h.file} [{name}]", f"tensor also stored in {other.file}")
     if weight_map is not None:
         listed = weight_map.get
+        exact = True  # every shard tensor is listed, at its own shard
         for h in headers:
             if not all(map(operator.eq, map(listed, h.tensors), repeat(h.file))):
                 _stray(h, weight_map)  # a tensor the index places elsewhere or omits: allowed, see below
-        # Every shard tensor the index lists is listed at its own shard (above); so when the
-        # counts are equal and every shard tensor is listed, the index names nothing unstored.
-        if len(weight_map) != len(tensors) or not all(map(tensors.__contains__, weight_map)):
+                exact = False
+        # When every stored tensor is listed at its shard, equal counts prove the index lists
+        # nothing else: the per-entry pass over the index is needed only otherwise.
+        if not exact or len(weight_map) != len(tensors):
             for name, shard in weight_map.items():
                 t = tensors.get(name)
                 if t is None or t.file != shard:
