@@ -38,10 +38,9 @@ from specguard.checkpoint.index import (
     INDEX,
     SINGLE,
     escapes,
-    index_metadata,
+    load_index,
     load_json,
     merge,
-    weight_map_of,
 )
 
 if TYPE_CHECKING:
@@ -193,7 +192,7 @@ def _fetch(
     if index is None:
         shards = {SINGLE: []}
     else:
-        weight_map = weight_map_of(load_json(index, f"{hub.repo_id}/{INDEX}"), f"{hub.repo_id}/{INDEX}")
+        weight_map, _ = load_index(index, f"{hub.repo_id}/{INDEX}")
         shards = _shards_of(weight_map, hub.repo_id)
     with ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote") as pool:
         configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
@@ -310,8 +309,7 @@ def _build(
     """What was read (fresh, with its headers parsed on arrival, or cached) as a Checkpoint."""
     weight_map = meta = None
     if snapshot.index is not None:
-        index = load_json(snapshot.index, f"{repo_id}/{INDEX}")
-        weight_map, meta = weight_map_of(index, f"{repo_id}/{INDEX}"), index_metadata(index)
+        weight_map, meta = load_index(snapshot.index, f"{repo_id}/{INDEX}")
     if headers is None:
         headers = [parse_header(raw, size, f"{repo_id}/{shard}", file=shard) for shard, size, raw in snapshot.shards]
     tensors = merge(headers, weight_map)

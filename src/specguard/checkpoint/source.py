@@ -22,10 +22,9 @@ from specguard.checkpoint.index import (
     INDEX,
     SINGLE,
     escapes,
-    index_metadata,
+    load_index,
     load_json,
     merge,
-    weight_map_of,
 )
 
 __all__ = ["Checkpoint", "Progress", "gc_paused", "open_checkpoint"]
@@ -104,12 +103,16 @@ def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
 def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     """Shards to read, the index's weight_map (None without an index) and its metadata."""
     if (root / INDEX).exists():
-        index = _json_file(root, INDEX)
-        weight_map = weight_map_of(index, str(root / INDEX))
+        try:
+            raw = (root / INDEX).read_bytes()
+        except OSError as e:
+            raise CheckpointError(str(root / INDEX), f"not readable JSON ({e})") from e
+        weight_map, meta = load_index(raw, str(root / INDEX))
         files = sorted(set(weight_map.values()))
+        real_root = root.resolve()
         for f in files:
-            _check_inside(root, f)
-        return files, weight_map, index_metadata(index)
+            _check_inside(root, real_root, f)
+        return files, weight_map, meta
     if (root / SINGLE).is_file():
         return [SINGLE], None, {}
     files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
@@ -118,12 +121,11 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     return files, None, {}
 
 
-def _check_inside(root: Path, shard: str) -> None:
+def _check_inside(root: Path, real_root: Path, shard: str) -> None:
     """A shard name must stay inside the checkpoint directory (hostile indexes)."""
     where = f"{root / INDEX} [{shard}]"
     if escapes(shard):
         raise CheckpointError(where, "shard path escapes the checkpoint directory")
-    real_root = root.resolve()
     real = (root / shard).resolve()
     if not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real):
         raise CheckpointError(where, "shard is a symlink that escapes the checkpoint directory")
