@@ -4,11 +4,18 @@
 # plus a pinned pure-Python set, so its quant-config code imports on a CPU box.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+step() { printf '[test.sh %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+step "creating .venv"
 python3 -m venv .venv
 PIP=".venv/bin/pip"
 $PIP install -q --upgrade pip >/dev/null
+step "installing torch 2.13.0 (CPU build)"
 $PIP install -q torch==2.13.0
+step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
 $PIP install -q --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
+step "installing specguard and the test requirements"
 $PIP install -q -e '.[test]' -r requirements/test.txt
+step "ruff"
 .venv/bin/ruff check src tests benchmarks
+step "pytest"
 exec .venv/bin/python -m pytest -q "$@"

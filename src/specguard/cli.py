@@ -1,23 +1,25 @@
-"""The `specguard` command: parses arguments, calls the stages, prints.
+"""The `specguard` command: parses arguments, hands each command to its
+handler in ``commands/``.
 
-Bad input never produces a traceback: one line on stderr and exit code 2
-(``--debug`` shows the traceback).
+Bad input or bad usage (a SpecguardError) is one line on stderr and exit code 2
+(``--debug`` shows the traceback); any other exception is a bug in specguard
+and shows as one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from specguard.checkpoint.errors import CheckpointError
-from specguard.layouts.registry import LayoutError
+from specguard._version import __version__
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.errors import SpecguardError, UsageError
+from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail
 
-EXIT_BAD_INPUT = 2
-
-
-class UsageError(Exception):
-    """A command-line mistake: reported like bad input, exit 2."""
+PROG = "specguard"
 
 
 def _source_args(p: argparse.ArgumentParser) -> None:
@@ -30,25 +32,25 @@ def _source_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from specguard.report.inspect import run_inspect
+    from specguard.commands.inspect import run_inspect
 
     return run_inspect(args)
 
 
 def _cmd_route(args: argparse.Namespace) -> int:
-    from specguard.report.route import run_route
+    from specguard.commands.route import run_route
 
     return run_route(args)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from specguard.report.lint import run_lint
+    from specguard.commands.lint import run_lint
 
     return run_lint(args)
 
 
 def _cmd_rule(args: argparse.Namespace) -> int:
-    from specguard.report.lint import run_rule
+    from specguard.commands.rule import run_rule
 
     return run_rule(args)
 
@@ -59,9 +61,8 @@ def _demo(argv: list[str]) -> int:
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise
-        print("specguard: error: `specguard demo` needs torch: pip install 'specguard[torch]' "
-              "(or `pip install torch==2.13.0` for the CPU build)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return fail(PROG, "`specguard demo` needs torch: pip install 'specguard[torch]' "
+                          "(or `pip install torch==2.13.0` for the CPU build)")
     return demo_main(argv)
 
 
@@ -75,76 +76,116 @@ def _factory(argv: list[str]) -> int:
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": _factory}
 
 
+EXIT_CODES = "exit codes: 0 ok; 1 {what}; 2 bad input or usage (one line on stderr); 130 interrupted"
+
+
+def _command(sub: Any, name: str, help: str, exits: str, description: str | None = None) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=description or help,
+                       epilog=EXIT_CODES.format(what=exits) if exits else None)
+    # --debug is accepted after the command too (``specguard lint --debug``).
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the traceback behind an error (exit code unchanged)")
+    return p
+
+
+def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
+    p.add_argument("--draft", metavar="SRC2", help=draft_help)
+    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"],
+                   help="how the draft is served (default: from config.json: DSpark where it names "
+                        "dspark_target_layer_ids, else MTP; eagle needs --draft)")
+    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+                   help="vLLM platform whose quant-config class to model (default: cuda)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="specguard",
+    parser = ArgumentParser(
+        prog=PROG,
         description="Read what a quantized checkpoint stores, module by module, and check it against its config.",
+        epilog="Run `specguard COMMAND --help` for a command's options and exit codes.",
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--debug", action="store_true", help="show the traceback behind an error (exit code unchanged)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("inspect", help="show what every module is stored as (headers only)")
+    p = _command(sub, "inspect", "show what every module is stored as (headers only)", "")
     _source_args(p)
-    p.add_argument("--json", action="store_true", help="one JSON record per module")
-    p.add_argument("--tensors", action="store_true", help="with --json: one record per tensor")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: {schema, checkpoint, records: [one record per module]} (docs/json.md)")
+    p.add_argument("--tensors", action="store_true", help="one row (with --json: one record) per tensor")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("route", help="each runtime module to the scheme it is stored in, next to vLLM 0.33's choice")
+    p = _command(sub, "route", f"each runtime module to the scheme it is stored in, next to {ENGINE}'s choice",
+                 "a module is misrouted, missing or names an exclusion pattern that matches nothing")
     _source_args(p)
-    p.add_argument("--draft", metavar="SRC2",
-                   help="separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
-                   help="vLLM platform whose quant-config class to model (default: cuda)")
-    p.add_argument("--json", action="store_true", help="one JSON record per runtime module")
-    p.add_argument("--all", action="store_true", help="also list main-stack modules that route correctly")
+    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: {schema, checkpoint, records: [one record per runtime module]}")
+    p.add_argument("--all", action="store_true",
+                   help="also list main-stack modules that route ok (hidden by default)")
     p.set_defaults(func=_cmd_route)
 
-    p = sub.add_parser("lint", help="every contradiction between config and disk, as stable rules")
+    p = _command(sub, "lint", "every contradiction between config and disk, as stable rules",
+                 "a finding at least as severe as --fail-on")
     _source_args(p)
-    p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, linted with the target")
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
-                   help="vLLM platform whose quant-config class to model (default: cuda)")
-    p.add_argument("--format", choices=["text", "json", "sarif"], default="text")
-    p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401)")
+    _draft_args(p, "separate drafter checkpoint, linted with the target")
+    p.add_argument("--format", choices=["text", "json", "sarif"], default="text",
+                   help="text (one finding per line in a pipe), JSON, or SARIF 2.1.0 (default: text)")
+    p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401; default: all)")
     p.add_argument("--ignore", help="comma-separated rule codes or prefixes to skip")
     p.add_argument("--fail-on", choices=["info", "warning", "error", "never"], default="warning",
                    help="exit 1 when a finding is at least this severe (default: warning)")
     p.set_defaults(func=_cmd_lint)
 
-    p = sub.add_parser("rule", help="explain a lint rule: specguard rule SG201 (or --all)")
-    p.add_argument("code", nargs="?")
+    p = _command(sub, "rule", "explain a lint rule: specguard rule SG201 (or --all)", "")
+    p.add_argument("code", nargs="?", help="a rule code, e.g. SG201 (`specguard rule --all` lists them)")
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
 
-    sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch)")
-    sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR")
+    sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch; "
+                                "`specguard demo --help`)")
+    sub.add_parser("factory", help="write a scenario checkpoint: specguard factory SCENARIO OUTDIR "
+                                   "(`specguard factory --help`)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the exit code (0 ok, 1 findings, 2 bad input or usage, 130 Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in PASSTHROUGH:
-        return PASSTHROUGH[argv[0]](argv[1:])
+    try:
+        if argv and argv[0] in PASSTHROUGH:
+            return PASSTHROUGH[argv[0]](argv[1:])
+        return _run(argv)
+    except KeyboardInterrupt:  # every command leaves nothing half-written; say so in one line
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `specguard inspect --json | head`
+        sys.stderr.close()
+        return 0
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return fail(PROG, e)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
         return func(args)
-    except (CheckpointError, UsageError, LayoutError) as e:
-        if args.debug:
-            raise
-        print(f"specguard: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `specguard inspect --json | head`
-        sys.stderr.close()
-        return 0
+    except (SpecguardError, OSError) as e:
+        # Bad input or usage, or a file the user's system will not let us read
+        # (permissions, a vanished disk); anything else is a bug and shows as one.
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        return fail(PROG, e if isinstance(e, SpecguardError) else _os_error(e))
+
+
+def _os_error(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"
 
 
 if __name__ == "__main__":

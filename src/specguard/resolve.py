@@ -19,14 +19,16 @@ from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
-from specguard.declared import FNMATCHCASE, ConfigError, DeclaredScheme, parse_declared
-from specguard.declared.vllm033 import DSPARK_MODEL, EAGLE_MODEL, EngineChoice, Vllm033, v41_ignore_name
+from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.engines import EngineChoice
+from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
+from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
-from specguard.layouts import Layout, Role, layout_for
+from specguard.layouts import Layout, Role, layer_index, layout_for
 
 OK = "ok"
 MISROUTED = "misrouted"
@@ -46,7 +48,7 @@ class Route:
     stored: Scheme | None  # None: nothing on disk behind this prefix
     declared: DeclaredScheme | None  # the config's claim for the runtime prefix
     build: Scheme | None  # what specguard routes it to: the stored scheme
-    vllm: EngineChoice | None  # what vLLM 0.33 builds, and the rule that decided
+    vllm: EngineChoice | None  # what the modelled engine (vLLM 0.33) builds, and the rule that decided
     checkpoint_names: tuple[str, ...]  # checkpoint module names behind the prefix
     verdict: str
     reason: str
@@ -76,7 +78,7 @@ class Resolver:
                 dict(self.config), draft_method=draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
-        except ValueError as e:  # LayoutError, or counts no model has
+        except LayoutError as e:  # too little said, or counts no model has
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"
             raise CheckpointError(f"{checkpoint.name} [config.json]", what) from e
         hf_quant = dict(checkpoint.hf_quant_config) if checkpoint.hf_quant_config else None
@@ -155,7 +157,12 @@ class Resolver:
         return self.route(prefix).declared
 
     def route(self, prefix: str) -> Route:
-        c = self.canonical(prefix) or prefix
+        """The route of one runtime module: a runtime prefix in any root spelling, or a
+        checkpoint-style name (``mtp.0.ffn.experts``) that names exactly one runtime module.
+
+        A layer the model has but the disk lacks routes ``missing``; a prefix the
+        model does not have raises UnknownPrefixError (a UsageError)."""
+        c = self.canonical(prefix) or self._from_checkpoint_name(prefix) or self._in_model(prefix)
         hit = self._routes.get(c)
         if hit is None:
             with self._route_lock:
@@ -163,6 +170,27 @@ class Resolver:
                 if hit is None:
                     hit = self._routes[c] = self._make_route(c)
         return hit
+
+    def _from_checkpoint_name(self, name: str) -> str | None:
+        """The runtime prefix whose checkpoint modules ``name`` names (all of them, or a prefix of theirs)."""
+        name = name.rstrip(".")
+        hits = [p for p, names in self._groups.items()
+                if any(n == name or n.startswith(name + ".") for n in names)]
+        if len(hits) > 1:
+            shown = ", ".join(hits[:6]) + (f" (+{len(hits) - 6} more)" if len(hits) > 6 else "")
+            raise UnknownPrefixError(f"{name!r} names {len(hits)} runtime modules ({shown}); route one of them")
+        return hits[0] if hits else None
+
+    def _in_model(self, prefix: str) -> str:
+        """``prefix`` itself when it is a layer the model has (nothing stored: ``missing``), else an error."""
+        index = layer_index(prefix)
+        n, drafts = self.layout.num_hidden_layers, list(self.layout.draft_layers)
+        if index is not None and (index < n or index in drafts):
+            return prefix
+        where = f"layers 0-{n - 1}" + (f", draft layer(s) {', '.join(map(str, drafts))}" if drafts else "")
+        raise UnknownPrefixError(
+            f"{prefix!r} is not a module of {self.checkpoint.name} ({where}); "
+            f"`specguard route --all` lists its runtime prefixes")
 
     def routes(self) -> list[Route]:
         """A route per runtime module on disk, plus draft layers the config promises but the disk lacks."""
@@ -198,7 +226,7 @@ class Resolver:
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in ("norm", "other") and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
-        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched)
+        verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
         return Route(prefix, role, kind, stored, declared, stored, vllm, tuple(names), verdict, reason,
                      missing, unmatched, sniff)
 
@@ -234,6 +262,10 @@ class Resolver:
         )})
 
 
+class UnknownPrefixError(UsageError):
+    """A prefix that names no module of the model (Resolver.route)."""
+
+
 ROOTS = ("language_model.model.", "language_model.", "model.")
 
 
@@ -260,16 +292,16 @@ def same_build(stored: Scheme | None, built: Scheme | None) -> bool:
 
 
 def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice, missing: tuple[str, ...],
-             unmatched: tuple[str, ...]) -> tuple[str, str]:
+             unmatched: tuple[str, ...], *, engine: str) -> tuple[str, str]:
     if stored is None:
         return MISSING, "nothing stored"
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
     if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
-        return OK, f"stored {stored.short()}; what vLLM 0.33 builds ({vllm.method}) is not modelled: {vllm.reason}"
+        return OK, f"stored {stored.short()}; what {engine} builds ({vllm.method}) is not modelled: {vllm.reason}"
     if not same_build(stored, vllm.scheme):
-        return MISROUTED, f"stored {stored.short()}, vLLM 0.33 builds {vllm.method} ({vllm.reason}){pattern_note}"
+        return MISROUTED, f"stored {stored.short()}, {engine} builds {vllm.method} ({vllm.reason}){pattern_note}"
     if missing:
         return MISSING, f"stored {stored.format} lacks {', '.join(missing)}"
     if unmatched:

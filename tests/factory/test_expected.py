@@ -1,4 +1,4 @@
-"""Each scenario's expected map and facts say what SCENARIOS.md describes."""
+"""Each scenario's expected map and facts say what docs/scenarios.md describes."""
 
 from __future__ import annotations
 

@@ -12,9 +12,11 @@ only kernel-availability checks, never a routing decision; no kernel runs.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,7 +127,9 @@ def init_single_rank(vllm_config: Any) -> None:
 
     if model_parallel_is_initialized():
         return
-    path = tempfile.mktemp(prefix="specguard-gloo-")
+    store = tempfile.mkdtemp(prefix="specguard-gloo-")  # gloo's file store; removed at exit
+    atexit.register(shutil.rmtree, store, ignore_errors=True)
+    path = os.path.join(store, "store")
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(
             world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",

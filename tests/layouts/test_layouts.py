@@ -68,7 +68,7 @@ def test_layout_for_rejects_what_it_cannot_lay_out():
         layout_for(V4, draft_method="medusa")
 
 
-# --- DeepSeek-V4 native + MTP (SCENARIOS.md table, vLLM 0.33 nvidia/mtp.py) -----------
+# --- DeepSeek-V4 native + MTP (docs/names.md table, vLLM 0.33 nvidia/mtp.py) ---------------
 
 @pytest.mark.parametrize(("name", "prefix", "param", "role", "kind"), [
     ("layers.7.ffn.experts.3.w1.weight", "model.layers.7.ffn.experts",

@@ -135,7 +135,7 @@ def test_dspark_parameter_paths(n, k, data, e, block):
 
 
 def test_vllm_extract_layer_index_cannot_read_expert_prefixes():
-    """Why specguard has its own ``layer_index`` (SCENARIOS.md naming reminder)."""
+    """Why specguard has its own ``layer_index`` (docs/names.md)."""
     from specguard.layouts import layer_index
 
     with pytest.raises(AssertionError):

@@ -7,7 +7,7 @@ import pytest
 from specguard.lint import lint
 from tests.conftest import resolvers_for
 
-# SCENARIOS.md's right answers, as rule codes.
+# docs/scenarios.md's right answers, as rule codes.
 EXPECTED = {
     "s1": {"SG101", "SG201", "SG202"},
     "s1-dspark": {"SG101", "SG201", "SG202"},
@@ -20,7 +20,6 @@ EXPECTED = {
     "s6": set(),
     "s7": {"SG301"},
     "s8": set(),
-    "s8-bf16": set(),
     "s8-nvfp4": set(),
 }
 NVFP4_PER_TENSOR = ["w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"]

@@ -1,4 +1,4 @@
-"""Resolver on the factory's scenarios: the right answer of SCENARIOS.md per module."""
+"""Resolver on the factory's scenarios: the right answer of docs/scenarios.md per module."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from specguard.checkpoint import source
 from specguard.formats import scheme as s
-from specguard.resolve import MISROUTED, MISSING, OK, Resolver
+from specguard.resolve import MISROUTED, MISSING, OK, Resolver, UnknownPrefixError
 from tests.conftest import resolvers_for
 
 
@@ -90,3 +90,26 @@ def test_one_header_pass_per_checkpoint_across_threads(scenarios):
     assert len({id(r) for r in got}) == 1
     shards = len(got[0].checkpoint.files)
     assert spy.call_count == shards
+
+
+def test_checkpoint_style_names_resolve_to_their_runtime_module(scenarios):
+    (r,) = resolvers_for(scenarios["s1"])
+    n = r.layout.num_hidden_layers
+    draft = r.route(f"model.layers.{n}.ffn.experts")
+    assert r.route("mtp.0.ffn.experts") is draft  # the experts' checkpoint names
+    assert r.route("mtp.0.ffn.experts.3.w1") is draft  # one of them
+    with pytest.raises(UnknownPrefixError, match=r"'mtp.0.ffn' names 4 runtime modules"):
+        r.route("mtp.0.ffn")  # experts, gate and two shared-expert projections
+
+
+@pytest.mark.parametrize("prefix", ["model.layers.43.ffn.experts", "layers.9", "no.such.module"])
+def test_a_prefix_the_model_lacks_is_an_error_naming_its_layers(scenarios, prefix):
+    (r,) = resolvers_for(scenarios["s1"])
+    with pytest.raises(UnknownPrefixError, match=r"is not a module of .* \(layers 0-1, draft layer\(s\) 2\)"):
+        r.route(prefix)
+
+
+def test_a_layer_the_model_has_but_the_disk_lacks_is_missing(scenarios):
+    (r,) = resolvers_for(scenarios["s7"])
+    n = r.layout.num_hidden_layers
+    assert r.route(f"model.layers.{n}.ffn.experts").verdict == MISSING

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from specguard.errors import SpecguardError
 
-class CheckpointError(Exception):
+
+class CheckpointError(SpecguardError):
     """Bad input: names the file, the tensor or key, and what is wrong."""
 
     def __init__(self, where: str, what: str) -> None:

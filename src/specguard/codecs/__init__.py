@@ -50,11 +50,11 @@ from specguard.codecs.elements import (
     pack_fp4,
     unpack_fp4,
 )
-from specguard.codecs.layouts import LAYOUTS, Layout, conventions, layout
+from specguard.codecs.layouts import LAYOUTS, PackLayout, conventions, layout
 
 __all__ = [
     "E2M1_MAX", "E2M1_VALUES", "E4M3_MAX", "E8M0_BIAS", "E8M0_NAN", "LAYOUTS", "MX_RULES",
-    "Layout", "cast_e4m3", "conventions", "dequantize", "e2m1_codes", "e4m3_to_float",
+    "PackLayout", "cast_e4m3", "conventions", "dequantize", "e2m1_codes", "e4m3_to_float",
     "e8m0_to_float", "float_to_e8m0", "fp4_to_float", "layout", "pack_fp4", "quantize",
     "unpack_fp4",
 ]

@@ -64,7 +64,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def resolve_block(lay: L.Layout, opt: Options, rows: int, cols: int) -> tuple[int, int]:
+def resolve_block(lay: L.PackLayout, opt: Options, rows: int, cols: int) -> tuple[int, int]:
     """Block size in elements; 0 in the layout means the whole dimension."""
     br, bc = lay.block
     if lay.format == FP8_BLOCK and opt.block is not None:
@@ -237,7 +237,7 @@ def load_scale(s: Array, kind: str, rows: int) -> Array:
 
 # ----------------------------------------------------------------- quantize
 
-def quantize(xp, lay: L.Layout, w: Array, opt: Options) -> dict[str, Array]:
+def quantize(xp, lay: L.PackLayout, w: Array, opt: Options) -> dict[str, Array]:
     x = xp.f32(w)
     if x.ndim < 2:
         raise ValueError(f"quantize needs a weight of 2 or more dims, got shape {tuple(x.shape)}")
@@ -255,7 +255,7 @@ def quantize(xp, lay: L.Layout, w: Array, opt: Options) -> dict[str, Array]:
     raise ValueError(f"no quantizer for format {lay.format!r}")
 
 
-def _scale_name(lay: L.Layout, opt: Options) -> str:
+def _scale_name(lay: L.PackLayout, opt: Options) -> str:
     return opt.scale_name or lay.scale[0]
 
 
@@ -452,7 +452,7 @@ def _pick(tensors: dict[str, Array], names: tuple[str, ...], what: str, lay) -> 
                      f"(expected {' or '.join(names)}; got {', '.join(sorted(tensors)) or 'none'})")
 
 
-def logical_shape(xp, lay: L.Layout, tensors: dict[str, Array]) -> tuple[int, ...]:
+def logical_shape(xp, lay: L.PackLayout, tensors: dict[str, Array]) -> tuple[int, ...]:
     w = _pick(tensors, (lay.weight,), "weight", lay)
     shape = tuple(w.shape)
     if lay.packing == L.FP4:
@@ -467,7 +467,7 @@ def logical_shape(xp, lay: L.Layout, tensors: dict[str, Array]) -> tuple[int, ..
     return shape
 
 
-def decode_scale(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+def decode_scale(xp, lay: L.PackLayout, tensors: dict[str, Array], opt: Options,
                  shape: tuple[int, ...]) -> tuple[Array, Array | None, tuple[int, int]]:
     """The scale in canonical form (bytes + per-byte table, or floats) and its block."""
     names = (opt.scale_name,) if opt.scale_name else lay.scale
@@ -497,13 +497,13 @@ def decode_scale(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
     return src, table, (br, bc)
 
 
-def decode(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options) -> Decoded:
+def decode(xp, lay: L.PackLayout, tensors: dict[str, Array], opt: Options) -> Decoded:
     shape = logical_shape(xp, lay, tensors)
     src, table, block = decode_scale(xp, lay, tensors, opt, shape)
     return Decoded(tensors[lay.weight], src, table, block, shape)
 
 
-def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...],
+def element_values(xp, lay: L.PackLayout, elements: Array, shape: tuple[int, ...],
                    out: Array | None = None) -> Array:
     """Stored elements -> float32 values before scaling, logical shape.
 
@@ -527,7 +527,7 @@ def element_values(xp, lay: L.Layout, elements: Array, shape: tuple[int, ...],
                      f"{xp.dtype(elements)}")
 
 
-def expand_multiply(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
+def expand_multiply(xp, lay: L.PackLayout, d: Decoded, out: Array | None = None) -> Array:
     """The bandwidth-bound part: decode every element and apply its block scale."""
     values = element_values(xp, lay, d.elements, d.shape, out)
     return multiply_blocks(xp, values, d.scale(xp), *d.block)
@@ -547,7 +547,7 @@ def _out_array(shape: tuple[int, ...], out: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = None) -> Array:
+def expand_multiply_chunked(xp, lay: L.PackLayout, d: Decoded, out: Array | None = None) -> Array:
     """numpy: ``expand_multiply`` over row chunks, each decoded and scaled while in cache.
 
     Per element the same float32 operations as ``expand_multiply`` (an exact
@@ -599,7 +599,7 @@ def expand_multiply_chunked(xp, lay: L.Layout, d: Decoded, out: Array | None = N
     return out
 
 
-def _byte_scale_kernel(lay: L.Layout, d: Decoded, e: np.ndarray, cols: int):
+def _byte_scale_kernel(lay: L.PackLayout, d: Decoded, e: np.ndarray, cols: int):
     """(kernel, rows per chunk) for one-byte scales over whole single-row blocks, or None.
 
     Packed FP4 (NVFP4, MXFP4): one gather per byte from a (scale, byte) table;
@@ -617,12 +617,12 @@ def _byte_scale_kernel(lay: L.Layout, d: Decoded, e: np.ndarray, cols: int):
     return None
 
 
-def _e4m3_pairs(lay: L.Layout, e: np.ndarray, cols: int) -> bool:
+def _e4m3_pairs(lay: L.PackLayout, e: np.ndarray, cols: int) -> bool:
     """One-byte elements in rows of even length: decoded two per gather."""
     return lay.packing == L.NONE and e.dtype.itemsize == 1 and cols % 2 == 0
 
 
-def _numpy_decoder(lay: L.Layout, dtype: np.dtype, stored_cols: int, cols: int):
+def _numpy_decoder(lay: L.PackLayout, dtype: np.dtype, stored_cols: int, cols: int):
     """One gather that writes a chunk's float32 values straight into the output rows."""
     if lay.packing in (L.FP4, L.FP4_GPT_OSS):
         table = FP4_PAIR64
@@ -655,7 +655,7 @@ def _scale_rows(xp, o: Array, s: Array, br: int, bc: int) -> None:
         np.multiply(o, expand_blocks(xp, s, br, bc, rows, cols), out=o)
 
 
-def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+def dequantize(xp, lay: L.PackLayout, tensors: dict[str, Array], opt: Options,
                out: Array | None = None) -> Array:
     if lay.packing == L.INT4_GPTQ:
         return _dequantize_gptq(xp, lay, tensors, opt, out)
@@ -668,7 +668,7 @@ def dequantize(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
     return expand_multiply(xp, lay, d)
 
 
-def _dequantize_gptq(xp, lay: L.Layout, tensors: dict[str, Array], opt: Options,
+def _dequantize_gptq(xp, lay: L.PackLayout, tensors: dict[str, Array], opt: Options,
                      out: Array | None = None) -> Array:
     """W[o, i] = (q[i, o] - z[g(i), o]) * s[g(i), o]; v1 checkpoints store z - 1."""
     qweight = _pick(tensors, (lay.weight,), "qweight", lay)

@@ -39,7 +39,7 @@ INT4_GPTQ = "int4-gptq"  # transposed [in/8, out] int32, qzeros [in/g, out/8]
 
 
 @dataclass(frozen=True)
-class Layout:
+class PackLayout:
     """The on-disk shape of one format as one producer writes it."""
 
     format: str
@@ -70,49 +70,49 @@ class Layout:
 
 _E4M3 = "F8_E4M3"
 
-LAYOUTS: dict[tuple[str, str], Layout] = {
-    (FP8_TENSOR, MODELOPT): Layout(
+LAYOUTS: dict[tuple[str, str], PackLayout] = {
+    (FP8_TENSOR, MODELOPT): PackLayout(
         FP8_TENSOR, MODELOPT, "weight", _E4M3, ("weight_scale",), "F32", (0, 0),
         scale_shape=SCALAR, input_scale="input_scale"),
-    (FP8_TENSOR, COMPRESSED_TENSORS): Layout(
+    (FP8_TENSOR, COMPRESSED_TENSORS): PackLayout(
         FP8_TENSOR, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "F32", (0, 0),
         scale_shape=ONE, input_scale="input_scale", input_shape=ONE),
-    (FP8_CHANNEL, COMPRESSED_TENSORS): Layout(
+    (FP8_CHANNEL, COMPRESSED_TENSORS): PackLayout(
         FP8_CHANNEL, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "F32", (1, 0),
         scale_shape=COLUMN),
-    (FP8_BLOCK, DEEPSEEK): Layout(
+    (FP8_BLOCK, DEEPSEEK): PackLayout(
         FP8_BLOCK, DEEPSEEK, "weight", _E4M3, ("weight_scale_inv", "scale"), "F32", (128, 128)),
-    (FP8_BLOCK, COMPRESSED_TENSORS): Layout(
+    (FP8_BLOCK, COMPRESSED_TENSORS): PackLayout(
         FP8_BLOCK, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "F32", (128, 128)),
-    (NVFP4, MODELOPT): Layout(
+    (NVFP4, MODELOPT): PackLayout(
         NVFP4, MODELOPT, "weight", "U8", ("weight_scale",), _E4M3, (1, 16), packing=FP4,
         global_scale="weight_scale_2", input_scale="input_scale"),
-    (NVFP4, COMPRESSED_TENSORS): Layout(
+    (NVFP4, COMPRESSED_TENSORS): PackLayout(
         NVFP4, COMPRESSED_TENSORS, "weight_packed", "U8", ("weight_scale",), _E4M3, (1, 16),
         packing=FP4, global_scale="weight_global_scale", global_reciprocal=True,
         global_shape=ONE, input_scale="input_global_scale", input_shape=ONE),
-    (MXFP4, DEEPSEEK): Layout(
+    (MXFP4, DEEPSEEK): PackLayout(
         MXFP4, DEEPSEEK, "weight", "I8", ("scale",), "F8_E8M0", (1, 32), packing=FP4,
         e8m0_scale=True),
-    (MXFP4, COMPRESSED_TENSORS): Layout(
+    (MXFP4, COMPRESSED_TENSORS): PackLayout(
         MXFP4, COMPRESSED_TENSORS, "weight_packed", "U8", ("weight_scale",), "U8", (1, 32),
         packing=FP4, e8m0_scale=True),
-    (MXFP4, GPT_OSS): Layout(
+    (MXFP4, GPT_OSS): PackLayout(
         MXFP4, GPT_OSS, "blocks", "U8", ("scales",), "U8", (1, 32), packing=FP4_GPT_OSS,
         separator="_", e8m0_scale=True),
-    (MXFP8, COMPRESSED_TENSORS): Layout(
+    (MXFP8, COMPRESSED_TENSORS): PackLayout(
         MXFP8, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "U8", (1, 32),
         e8m0_scale=True),
-    (INT4_GROUP, COMPRESSED_TENSORS): Layout(
+    (INT4_GROUP, COMPRESSED_TENSORS): PackLayout(
         INT4_GROUP, COMPRESSED_TENSORS, "weight_packed", "I32", ("weight_scale",), "BF16",
         (1, 128), packing=INT4_ROWS, extras=("weight_shape",)),
-    (INT4_GROUP, GPTQ): Layout(
+    (INT4_GROUP, GPTQ): PackLayout(
         INT4_GROUP, GPTQ, "qweight", "I32", ("scales",), "F16", (1, 128), packing=INT4_GPTQ,
         extras=("qzeros", "g_idx")),
 }
 
 
-def layout(fmt: str, convention: str) -> Layout:
+def layout(fmt: str, convention: str) -> PackLayout:
     """The layout of ``fmt`` as ``convention`` writes it; ValueError names the known ones."""
     try:
         return LAYOUTS[(fmt, convention)]

@@ -124,7 +124,7 @@ def parse_fp8(qc: dict, config: dict, *, deepseek_v4: bool, origin: str) -> Fp8D
         notes.append(f"weight_block_size {block!r} is not two integers (vLLM raises)")
         block = None
     if "activation_scheme" not in qc:
-        notes.append("quantization_config has no activation_scheme (vLLM 0.33's Fp8Config.from_config raises)")
+        notes.append("quantization_config has no activation_scheme (vLLM's Fp8Config.from_config raises)")
     expert_dtype = str(config.get("expert_dtype") or "fp4")
     scale_fmt = qc.get("scale_fmt")
     if deepseek_v4 and scale_fmt and (scale_fmt == "ue8m0") != (expert_dtype == "fp4"):

@@ -118,7 +118,8 @@ class Pattern:
                 if text not in out:
                     out.append(text)
         proposed = [Pattern(t, self.semantics, self.key, self.effect, self.group) for t in out]
-        assert all(any(q.matches(x) for q in proposed) for x in prefixes), (self, prefixes, out)
+        if not all(any(q.matches(x) for q in proposed) for x in prefixes):  # a bug in _render, not bad input
+            raise RuntimeError(f"proposal {out} for {self} does not match all of {prefixes}")
         return out
 
     def _render(self, parent: str, members: list[str]) -> list[str]:

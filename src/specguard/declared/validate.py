@@ -10,19 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specguard.errors import ConfigError
+
 STR_LISTS = ("ignored_layers", "ignore", "exclude_modules", "modules_to_not_convert", "targets")
 STRINGS = ("quant_method", "quant_algo", "moe_quant_algo", "kv_cache_quant_algo", "format", "fmt", "scale_fmt",
            "expert_dtype")
 INTS = ("bits", "num_bits", "group_size")
 OBJECTS = ("weights", "input_activations", "output_activations", "quantization", "kv_cache_scheme")
-
-
-class ConfigError(ValueError):
-    """A config value of the wrong type; ``key`` is its dotted path."""
-
-    def __init__(self, key: str, what: str) -> None:
-        super().__init__(f"{key}: {what}")
-        self.key = key
 
 
 def check_quant_config(qc: object, key: str = "quantization_config") -> None:

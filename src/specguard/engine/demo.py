@@ -25,10 +25,11 @@ import torch
 from specguard.engine.corpus import held_out_sample
 from specguard.engine.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
 from specguard.engine.specdec import SpecStats, greedy_generate, speculative_generate
+from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
+from specguard.usage import ArgumentParser, fail
 
-EXIT_BAD_INPUT = 2
 DEMO_SCENARIOS = {
     "s1": "S1: NVFP4 conversion, MTP draft experts stored MXFP4, misleading global config",
     "s2": "S2: compressed-tensors NVFP4 target, BF16 MTP block",
@@ -195,7 +196,7 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
 # ----------------------------------------------------------------------------- CLI
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specguard demo", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="specguard demo", description=__doc__.split("\n")[0])
     p.add_argument("--scenario", choices=[*DEMO_SCENARIOS, "all"], default="s1")
     p.add_argument("-k", "--draft-tokens", type=int, default=3, dest="k", help="draft tokens per step")
     p.add_argument("--prompts", type=int, default=4, help="held-out prompts to decode")
@@ -248,12 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    args = _parser().parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         _check(args)
-    except _BadInput as exc:
-        print(f"specguard demo: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except (_BadInput, UsageError) as exc:
+        return fail("specguard demo", str(exc))
     console = Console()
     if not console.is_terminal:  # pipes and logs: keep the tables' rows on one line
         console = Console(width=150)

@@ -14,7 +14,7 @@ One step of speculative decoding, as vLLM runs it:
    ``num_speculative_tokens > num_nextn_predict_layers`` path).
 
 Both caches are rolled back by truncating their length. Metrics follow vLLM's
-counters (``spec_decode_num_drafts`` etc.; FORMATS.md).
+counters (``spec_decode_num_drafts`` etc.; docs/formats.md).
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from specguard.errors import UsageError
 from specguard.factory.build import ExpectedModule, Storage, write_checkpoint
 from specguard.factory.models import SIZES, ModuleSpec, Sizes, modules
-from specguard.factory.scenarios import SCENARIO_TABLE, Recipe, Scenario
+from specguard.factory.scenarios import ALIASES, SCENARIO_TABLE, Recipe, Scenario
 
 __all__ = [
     "FACTORY_VERSION", "SCENARIOS", "SIZES", "ExpectedModule", "ScenarioInfo", "Sizes",
@@ -57,11 +58,18 @@ class ScenarioInfo:
         return sorted(m for m, e in both.items() if e.role == "draft")
 
 
+def scenario_name(name: str) -> str:
+    """The canonical name of a scenario: case-insensitive, aliases resolved (``S8-BF16`` -> ``s8``)."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in SCENARIO_TABLE:
+        raise UsageError(f"unknown scenario {name!r}; one of {', '.join(SCENARIOS)} "
+                         f"(case-insensitive; aliases: {', '.join(f'{a} = {c}' for a, c in ALIASES.items())})")
+    return key
+
+
 def _scenario(name: str) -> Scenario:
-    try:
-        return SCENARIO_TABLE[name]
-    except KeyError:
-        raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SCENARIOS)}") from None
+    return SCENARIO_TABLE[scenario_name(name)]
 
 
 def _sizes(size: str | Sizes) -> Sizes:

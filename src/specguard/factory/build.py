@@ -218,7 +218,7 @@ def _dtype(a: np.ndarray) -> str:
     return FROM_NUMPY[a.dtype]
 
 
-def _expected(spec: ModuleSpec, storage: Storage, lay: codecs.Layout | None,
+def _expected(spec: ModuleSpec, storage: Storage, lay: codecs.PackLayout | None,
               tensors: Mapping[str, np.ndarray], missing: tuple[str, ...]) -> ExpectedModule:
     written = {k: (_dtype(v), tuple(v.shape)) for k, v in tensors.items()}
     if lay is None:

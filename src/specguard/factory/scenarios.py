@@ -1,4 +1,4 @@
-"""The scenarios of shared/SCENARIOS.md as data: family, draft, storage per module, configs.
+"""The scenarios of docs/scenarios.md as data: family, draft, storage per module, configs.
 
 Each storage function answers "how does this publisher store this module";
 the configs are what that publisher writes into config.json (and
@@ -363,9 +363,11 @@ def _scenarios() -> dict[str, Scenario]:
         Scenario("s8-nvfp4", "clean reference: ModelOpt NVFP4 target whose MTP is NVFP4 too",
                  s8_nvfp4, facts=mtp1),
     ]
-    out = {sc.name: sc for sc in table}
-    out["s8-bf16"] = Scenario("s8-bf16", out["s8"].title, s8, facts=mtp1)
-    return out
+    return {sc.name: sc for sc in table}
+
+
+# Other names a scenario is known by (lower case): ``s8-bf16`` is ``s8``.
+ALIASES: dict[str, str] = {"s8-bf16": "s8"}
 
 
 SCENARIO_TABLE: dict[str, Scenario] = _scenarios()

@@ -1,6 +1,6 @@
 """Classify each module from names, dtypes and shapes alone (no config, no bytes).
 
-Each rule reads the shapes the producers write (FORMATS.md): the group size is
+Each rule reads the shapes the producers write (docs/formats.md): the group size is
 the reduction dim divided by the scale's last dim, the FP8 block the smallest
 power of two that tiles the weight into the scale's grid. Where the header
 cannot decide (a U8 scale may hold E8M0 or E4M3 bytes) the answer is
@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats import scheme as s
+from specguard.formats.modules import QUANT_PARAMS
 from specguard.formats.scheme import Scheme
 
 Params = Mapping[str, TensorInfo]
 PLAIN_DTYPES = {"BF16": s.BF16, "F16": s.FP16, "F32": s.FP32, "F64": s.FP32}
-QUANT_PARAMS = frozenset({
-    "weight_scale", "weight_scale_inv", "scale", "weight_scale_2", "input_scale",
-    "weight_zero_point", "weight_global_scale", "input_global_scale",
-})
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from specguard.checkpoint.header import TensorInfo
 
-# Parameter suffixes of the stacks we read (FORMATS.md). Order does not matter.
+# Parameter suffixes of the stacks we read (docs/formats.md). Order does not matter.
 PARAM_SUFFIXES = frozenset({
     "weight", "bias", "weight_scale", "weight_scale_inv", "scale", "weight_scale_2",
     "input_scale", "weight_packed", "weight_global_scale", "input_global_scale",
@@ -22,6 +22,17 @@ PARAM_SUFFIXES = frozenset({
     "qweight", "qzeros", "scales", "g_idx", "k_scale", "v_scale", "q_scale",
     "output_scale", "pre_quant_scale", "weight_scale_2_inv",
 })
+# The scale tensors among them (the one list; formats/classify.py, formats/settle.py
+# and lint/content.py read these): every float multiplier of a quantized weight.
+SCALE_PARAMS = frozenset({
+    "weight_scale", "weight_scale_inv", "scale", "scales", "weight_scale_2", "input_scale",
+    "weight_global_scale", "input_global_scale",
+})
+# The block/group scale of a quantized weight, in the order settle.py looks for it.
+BLOCK_SCALE_PARAMS = ("scale", "weight_scale", "scales")
+# Beside a float weight these make its classification unknown: the scales (less GPTQ/AWQ's
+# ``scales``, which sits beside ``qweight``) and a zero point.
+QUANT_PARAMS = (SCALE_PARAMS - {"scales"}) | {"weight_zero_point"}
 # gpt-oss / transformers MXFP4 experts: `<proj>_blocks`, `<proj>_scales`, `<proj>_bias`.
 GPT_OSS_SUFFIXES = ("_blocks", "_scales", "_bias")
 

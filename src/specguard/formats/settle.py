@@ -11,16 +11,15 @@ from dataclasses import replace
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats import scheme as s
+from specguard.formats.modules import BLOCK_SCALE_PARAMS
 from specguard.formats.scheme import Scheme
 from specguard.formats.sniff import E8M0, SAMPLE_BYTES, Sniff, sniff_scale_bytes
 from specguard.formats.table import Module
 
-SCALE_PARAMS = ("scale", "weight_scale", "scales")
-
 
 def scale_tensor(module: Module) -> str | None:
     """Name of the module's block/group scale tensor."""
-    for p in SCALE_PARAMS:
+    for p in BLOCK_SCALE_PARAMS:
         if p in module.params:
             return module.params[p].name
     return None

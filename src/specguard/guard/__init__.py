@@ -65,7 +65,7 @@ from specguard.guard.report import (
     NEVER_WRITTEN,
     NON_FINITE,
     PARTLY_WRITTEN,
-    Finding,
+    GuardFinding,
     LoadReport,
 )
 
@@ -75,7 +75,7 @@ __all__ = [
     "NON_FINITE",
     "PARTLY_WRITTEN",
     "POISONS",
-    "Finding",
+    "GuardFinding",
     "LoadGuard",
     "LoadGuardWarning",
     "LoadReport",

@@ -24,7 +24,7 @@ from specguard.guard.report import (
     NEVER_WRITTEN,
     NON_FINITE,
     PARTLY_WRITTEN,
-    Finding,
+    GuardFinding,
     ranges_from_flags,
 )
 from specguard.guard.tracking import StorageKey, StorageWrites, covered, fully_covered, view_runs
@@ -83,9 +83,9 @@ class _Mask:
             else:
                 self.dims[d] |= flags
 
-    def finding(self, e: Entry, problem: str, total: int, detail: str = "") -> Finding:
+    def finding(self, e: Entry, problem: str, total: int, detail: str = "") -> GuardFinding:
         where = tuple(ranges_from_flags(d.tolist()) for d in self.dims)
-        return Finding(
+        return GuardFinding(
             name=e.name, problem=problem, dtype=self.dtype,
             shape=self.shape, count=self.count, total=total, where=where, detail=detail,
         )
@@ -116,7 +116,7 @@ def _fix_scalar(m: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return m.reshape(()) if t.ndim == 0 else m
 
 
-def _unwritten_finding(e: Entry, mask: _Mask, total: int, detail: str = "") -> list[Finding]:
+def _unwritten_finding(e: Entry, mask: _Mask, total: int, detail: str = "") -> list[GuardFinding]:
     if mask.count == 0:
         return []
     problem = NEVER_WRITTEN if mask.count == total else PARTLY_WRITTEN
@@ -134,7 +134,7 @@ def plausible_scale_fast(t: torch.Tensor, bounds: ScaleBounds) -> bool:
     return bool(((lo >= bounds.low) & (hi <= bounds.high)).item())
 
 
-def check_nan_poisoned(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:
+def check_nan_poisoned(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[GuardFinding]:
     """Float tensor: poison bits = never written; other NaN/Inf = written non-finite."""
     if e.is_scale and plausible_scale_fast(t, bounds):
         return []
@@ -153,7 +153,7 @@ def check_nan_poisoned(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[F
     return out
 
 
-def check_scale(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:
+def check_scale(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[GuardFinding]:
     mask = _Mask(t)
     lo, hi = float("inf"), 0.0
     for a, c in _chunks(t):
@@ -172,7 +172,7 @@ def check_scale(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]
 
 def check_tracked(
     e: Entry, t: torch.Tensor, writes: StorageWrites | None, marker: bool = True
-) -> list[Finding]:
+) -> list[GuardFinding]:
     """Integer-like tensor: recorded writes first; the 0xA5 marker only where
     nothing was recorded (an untracked write shows as a changed byte). Without
     the marker, whatever no recorded write covered counts as unwritten."""
@@ -218,7 +218,7 @@ def _rows_all_marker(c: torch.Tensor, p: P.Poison) -> torch.Tensor:
     return P.is_poison(c, p).all(dim=-1)
 
 
-def check_replaced(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Finding]:
+def check_replaced(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[GuardFinding]:
     """The load swapped in new storage (``param.data = x``, ``assign=True``):
     it was written; only its values can still be wrong."""
     poison = P.poison_for(t.dtype)
@@ -226,7 +226,7 @@ def check_replaced(e: Entry, t: torch.Tensor, bounds: ScaleBounds) -> list[Findi
         return []
     if e.is_scale and plausible_scale_fast(t, bounds):
         return []
-    out: list[Finding] = []
+    out: list[GuardFinding] = []
     mask = _Mask(t)
     if not P.all_finite_fast(t):
         for a, c in _chunks(t):

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch import nn
 
+from specguard.errors import UsageError
 from specguard.guard import poison as P
 from specguard.guard.check import (
     Entry,
@@ -19,7 +20,7 @@ from specguard.guard.check import (
     check_replaced,
     check_tracked,
 )
-from specguard.guard.report import Finding, LoadReport
+from specguard.guard.report import GuardFinding, LoadReport
 from specguard.guard.tracking import (
     AtenRecorder,
     MethodHooks,
@@ -207,9 +208,10 @@ class LoadGuard:
     # -- checking ----------------------------------------------------------
     def check(self) -> LoadReport:
         """Read every guarded tensor back (called by ``__exit__``)."""
-        assert self.module is not None
+        if self.module is None:
+            raise UsageError("LoadGuard.check() needs the module: use LoadGuard(module)")
         current = dict(named_tensors(self.module, self.buffers))
-        findings: list[Finding] = []
+        findings: list[GuardFinding] = []
         with torch.no_grad():
             for e in self._entries:
                 t = current.get(e.name)
@@ -223,7 +225,7 @@ class LoadGuard:
                      "to record; the 0xA5 marker decided for those",)
         return LoadReport(tuple(findings), len(self._entries), tuple(self._skipped), notes)
 
-    def _check_entry(self, e: Entry, t: torch.Tensor) -> list[Finding]:
+    def _check_entry(self, e: Entry, t: torch.Tensor) -> list[GuardFinding]:
         replaced = t is not e.tensor or storage_key(t) != e.key or t.dtype != e.tensor.dtype
         if replaced:
             return check_replaced(e, t, self.bounds)

@@ -51,7 +51,7 @@ def _dim_labels(ndim: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Finding:
+class GuardFinding:
     """One problem with one tensor.
 
     ``where`` holds, per dimension, the index ranges that contain at least one
@@ -96,7 +96,7 @@ class Finding:
 class LoadReport:
     """Everything a guarded load left unwritten, non-finite or implausible."""
 
-    findings: tuple[Finding, ...]
+    findings: tuple[GuardFinding, ...]
     checked: int  # tensors poisoned/tracked and checked
     skipped: tuple[tuple[str, str], ...] = ()  # (name, why) for tensors the guard cannot check
     notes: tuple[str, ...] = ()  # e.g. writes the recorder could not locate
@@ -109,7 +109,7 @@ class LoadReport:
         """Sorted distinct tensor names, optionally of one problem kind."""
         return tuple(sorted({f.name for f in self.findings if problem in (None, f.problem)}))
 
-    def by_problem(self) -> dict[str, tuple[Finding, ...]]:
+    def by_problem(self) -> dict[str, tuple[GuardFinding, ...]]:
         return {p: tuple(f for f in self.findings if f.problem == p) for p in PROBLEMS}
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Layout: one model family's naming rules, checkpoint names <-> runtime prefixes.
 
-Words (DESIGN.md): a *checkpoint name* is what the file calls a module
+Words (docs/names.md): a *checkpoint name* is what the file calls a module
 (``mtp.0.ffn.experts.7.w1``); a *runtime prefix* is the string an engine hands
 to ``QuantizationConfig.get_quant_method`` for the layer it builds from it
 (``model.layers.43.ffn.experts``); the *parameter prefix* is where that layer's
@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specguard.errors import LayoutError
 from specguard.layouts import roles as r
 from specguard.layouts.names import layer_index, module_name
 
@@ -64,10 +65,10 @@ class Layout:
         engine: str = VLLM,
     ) -> None:
         if num_hidden_layers < 0 or num_draft_layers < 0:
-            raise ValueError("layer counts must be >= 0")
+            raise LayoutError("layer counts must be >= 0")
         if num_hidden_layers > MAX_LAYERS or num_draft_layers > MAX_LAYERS:
             # a hostile config must not make specguard enumerate a billion layers
-            raise ValueError(f"layer counts above {MAX_LAYERS} are not a model (config says "
+            raise LayoutError(f"layer counts above {MAX_LAYERS} are not a model (config says "
                              f"{num_hidden_layers} main, {num_draft_layers} draft)")
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")

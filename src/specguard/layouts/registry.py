@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specguard.errors import LayoutError
 from specguard.layouts import roles as r
 from specguard.layouts.base import VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
@@ -14,15 +15,24 @@ DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41"
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 
 
-class LayoutError(ValueError):
-    """The config does not say enough to lay out the model."""
-
-
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The language-model part of a (possibly multimodal) config.json."""
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), Mapping):
         return config["text_config"]
     return config
+
+
+def model_type_of(config: Mapping[str, Any]) -> str:
+    """``model_type`` of the language model (a multimodal wrapper's text_config first)."""
+    return str(text_config(config).get("model_type") or config.get("model_type") or "")
+
+
+def is_deepseek_v41(config: Mapping[str, Any]) -> bool:
+    """DeepSeek-V4.1 (the one place that decides): model_type ``deepseek_v41``/``_text``,
+    or a ``DeepseekV41*`` class in ``architectures``. vLLM registers the V4.1 classes
+    under both (models/registry.py), so either makes vLLM build V4.1's."""
+    archs = " ".join(str(a) for a in config.get("architectures") or ())
+    return model_type_of(config).startswith("deepseek_v41") or "DeepseekV41" in archs
 
 
 def draft_kind_for(method: str | None) -> str | None:
@@ -63,10 +73,11 @@ def layout_for(
     """
     cfg = text_config(config)
     kind = draft_kind_for(draft_method)
-    model_type = str(cfg.get("model_type") or config.get("model_type") or "")
+    model_type = model_type_of(config)
     if kind == r.EAGLE:
         if target_config is None:
-            raise LayoutError("an EAGLE drafter's layout needs the target's config (target_config=)")
+            raise LayoutError("an EAGLE drafter is a separate checkpoint routed beside its target: "
+                              "pass the target's config (on the command line: --draft SRC)")
         n_target = _int(text_config(target_config), "num_hidden_layers")
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
@@ -75,7 +86,7 @@ def layout_for(
     if n is None:
         raise LayoutError("config has no integer num_hidden_layers")
     if model_type in DEEPSEEK_V4_TYPES:
-        return _deepseek_v4(cfg, config, n, kind, model_type, engine)
+        return _deepseek_v4(cfg, config, n, kind, engine)
     nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0
     if model_type in DEEPSEEK_V3_TYPES:
         mha = model_type == "deepseek" or not (cfg.get("qk_nope_head_dim") or cfg.get("qk_rope_head_dim"))
@@ -86,10 +97,10 @@ def layout_for(
 
 
 def _deepseek_v4(
-    cfg: Mapping[str, Any], config: Mapping[str, Any], n: int, kind: str | None, model_type: str, engine: str
+    cfg: Mapping[str, Any], config: Mapping[str, Any], n: int, kind: str | None, engine: str
 ) -> DeepseekV4Layout:
     archs = " ".join(str(a) for a in config.get("architectures") or ())
-    v41 = model_type.startswith("deepseek_v41") or "DeepseekV41" in archs
+    v41 = is_deepseek_v41(config)
     if kind == r.MTP and v41:
         # vllm/config/speculative.py: "DeepSeek V4.1 has no classic-MTP draft"
         raise LayoutError("DeepSeek-V4.1 has no classic-MTP draft (its mtp.* tensors are DSpark stages); "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Roles (DESIGN.md "Names").
+# Roles (docs/names.md).
 MAIN = "main"
 DRAFT = "draft"
 EMBEDDING = "embedding"
@@ -56,3 +56,8 @@ class Role:
             parts.append(str(self.draft_index))
         where = f", layer {self.layer}" if self.layer is not None else ""
         return f"draft ({' '.join(parts)}{where})"
+
+
+def role_label(role: Role) -> str:
+    """``main``, ``embedding``, ``head`` or ``draft (mtp)``: one label per run of layers."""
+    return f"draft ({role.draft_kind})" if role.is_draft and role.draft_kind else role.kind

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specguard.checkpoint.dtypes import NUMPY
+from specguard.formats.modules import SCALE_PARAMS
 from specguard.resolve import Resolver
 
-SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv", "scale", "scales", "weight_scale_2", "input_scale",
-                          "weight_global_scale", "input_global_scale"})
 PER_TENSOR_MAX = 64  # elements: per-tensor / per-expert scales are read whole
 BLOCK_SAMPLE = 64  # bytes of each block scale checked for impossible values (garbage is never sparse)
 

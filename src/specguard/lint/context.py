@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from specguard.report.runs import group_runs
+from specguard.layouts.runs import group_runs
 from specguard.resolve import Resolver, Route
 
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from fnmatch import fnmatchcase
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
-from specguard.declared.vllm033 import deepseek_v4_rename, v41_ignore_name
-from specguard.layouts.registry import DEEPSEEK_V4_TYPES, text_config
+from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import WARNING, Finding
 from specguard.lint.registry import rule
@@ -29,9 +29,8 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     """The pattern as the engine matches it: vLLM renames ignored_layers through the
     DeepSeek-V4 weights mapper first (``mtp.*`` -> ``model.mtp.*``)."""
     out = [pat]
-    model_type = str(text_config(dict(r.config)).get("model_type") or "")
-    if pat.semantics in _VLLM and model_type in DEEPSEEK_V4_TYPES:
-        renamed = deepseek_v4_rename(pat.text, v41=model_type.startswith("deepseek_v41"))
+    if pat.semantics in _VLLM and model_type_of(r.config) in DEEPSEEK_V4_TYPES:
+        renamed = deepseek_v4_rename(pat.text, v41=is_deepseek_v41(r.config))
         if renamed != pat.text:
             out.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
     return out
@@ -74,7 +73,7 @@ def _fix(r: Resolver, pat: Pattern, hits: list[str], intended: list[str]) -> str
     draft = r.layout.num_draft_layers and all(r.layout.role(m).is_draft for m in hits)
     if isinstance(d, Fp8Declared) and d.deepseek_v4 and d.moe_quant_algo.upper() == "NVFP4" and draft:
         # An ignored_layers hit makes vLLM build BF16 layers, not the MXFP4 the draft experts hold.
-        return ('drop it and add `"ignore": ["mtp.*"]` to quantization_config: vLLM 0.33\'s DeepSeek-V4.1 quant '
+        return (f'drop it and add `"ignore": ["mtp.*"]` to quantization_config: {r.vllm.name}\'s DeepSeek-V4.1 quant '
                 "config (CUDA/ROCm) then routes the draft experts to MXFP4; an ignored_layers entry that matched "
                 "would load them as BF16. Or serve with the specguard vLLM plugin.")
     proposal = pat.propose(intended)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
+from specguard.layouts.roles import role_label
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
-from specguard.report.sources import role_label
 from specguard.resolve import MISROUTED, Route
 
 # Tensors each engine method reads, by (format, convention): per tensor, the
@@ -66,7 +67,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
         yield Finding(
             "SG201", ERROR,
             f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {routes[0].stored.short()}, "
-            f"declared {routes[0].vllm.scheme.short()} by {source}; vLLM 0.33 builds {method}: "
+            f"declared {routes[0].vllm.scheme.short()} by {source}; {ENGINE} builds {method}: "
             f"{describe(rt.prefix for rt in routes)}",
             _names(routes), fix,
         )
@@ -156,7 +157,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
 
 def _fix(rt: Route) -> str:
     if rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4:
-        return ('add `"ignore": ["mtp.*"]` to quantization_config (vLLM 0.33\'s DeepSeek-V4.1 quant config '
+        return (f'add `"ignore": ["mtp.*"]` to quantization_config ({ENGINE}\'s DeepSeek-V4.1 quant config '
                 "routes matching experts to MXFP4 on CUDA/ROCm), or serve with the specguard vLLM plugin; "
                 "an ignored_layers entry would load them as BF16, not MXFP4")
     return f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin"

@@ -43,8 +43,12 @@ def stored(source: str, runtime_prefix: str, draft_method: str | None = None) ->
     key = (source, draft_method)
     if key in _failed:
         return None
+    from specguard.resolve import UnknownPrefixError
+
     try:
         route = _resolver(source, draft_method).route(runtime_prefix)
+    except UnknownPrefixError:
+        return None  # a module the checkpoint does not name: vLLM's own choice stands
     except Exception as exc:
         with _failed_lock:
             first = key not in _failed

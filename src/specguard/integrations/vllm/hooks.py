@@ -104,9 +104,10 @@ class Patches:
             self._done.append((owner, attr, original))
             return True
 
-    def undo(self) -> None:
+    def undo(self, keep: int = 0) -> None:
+        """Restore every attribute replaced after the first ``keep`` replacements."""
         with self._lock:
-            while self._done:
+            while len(self._done) > keep:
                 owner, attr, original = self._done.pop()
                 setattr(owner, attr, original)
 

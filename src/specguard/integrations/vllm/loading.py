@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from specguard.integrations.vllm import safety
 from specguard.integrations.vllm.settings import FIX, GUARD_ENV, RAISE, current
 
 log = logging.getLogger("vllm.specguard")
@@ -60,14 +61,25 @@ def draft_load(source: str | None) -> Iterator[None]:
 def wrap_load_model(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def load_model(self: Any, vllm_config: Any, model_config: Any, *args: Any, **kw: Any) -> Any:
-        draft = is_draft_load(vllm_config, model_config)
         try:
-            with draft_load(str(model_config.model) if draft else None):
+            source = str(model_config.model) if is_draft_load(vllm_config, model_config) else None
+        except Exception as exc:
+            safety.warn_once("telling the draft load from the target's", exc)
+            source = None
+        try:
+            with draft_load(source):
                 return original(self, vllm_config, model_config, *args, **kw)
         finally:
-            emit_decisions()
+            _emit_safely()
 
     return load_model
+
+
+def _emit_safely() -> None:
+    try:
+        emit_decisions()
+    except Exception as exc:
+        safety.warn_once("logging the routing decisions", exc)
 
 
 def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,9 +88,20 @@ def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
         settings = current()
         if _draft_source.get() is None or settings.mode != FIX:
             return original(self, model, model_config, *args, **kw)
-        emit_decisions()  # the draft is built: say what was routed before loading it
-        with DraftGuard(model, settings.guard):
+        _emit_safely()  # the draft is built: say what was routed before loading it
+        guard = DraftGuard(model, settings.guard)
+        try:
+            guard.__enter__()
+        except Exception as exc:
+            safety.warn_once("LoadGuard around the draft's weight load", exc)
             return original(self, model, model_config, *args, **kw)
+        try:
+            result = original(self, model, model_config, *args, **kw)
+        except BaseException as exc:
+            guard.__exit__(type(exc), exc, exc.__traceback__)  # restores; vLLM's exception goes on
+            raise
+        guard.__exit__(None, None, None)
+        return result
 
     return load_weights
 
@@ -86,13 +109,17 @@ def wrap_load_weights(original: Callable[..., Any]) -> Callable[..., Any]:
 class DraftLoadError(RuntimeError):
     """The draft model's weight load left parameters unwritten (SPECGUARD_VLLM_GUARD=raise)."""
 
+    __specguard_passthrough__ = True  # deliberate: the safety net lets it reach vLLM
+
     def __init__(self, load_report: Any) -> None:
         names = load_report.names()
         shown = ", ".join(names[:8]) + (f" (+{len(names) - 8} more)" if len(names) > 8 else "")
         super().__init__(
             f"specguard: the draft model's weight load left {len(names)} parameter(s) unwritten "
             f"or invalid: {shown}. Serving it would give near-zero draft acceptance. "
-            f"Set SPECGUARD_VLLM_GUARD=warn to only log this.\n{load_report}"
+            f"To serve this checkpoint now, start without speculative decoding (drop "
+            f"--speculative-config); `specguard lint` on the checkpoint says what is missing. "
+            f"SPECGUARD_VLLM_GUARD=warn serves it anyway and only logs this.\n{load_report}"
         )
         self.report = load_report
 
@@ -120,7 +147,11 @@ class DraftGuard:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
-        self._guard.__exit__(exc_type, exc, tb)
+        try:
+            self._guard.__exit__(exc_type, exc, tb)
+        except Exception as own:
+            safety.warn_once("LoadGuard's check of the draft weights", own)
+            return False
         if exc_type is not None:
             return False
         self.report = self._guard.report

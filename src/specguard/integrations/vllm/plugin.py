@@ -24,7 +24,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
-from specguard.integrations.vllm import hooks
+from specguard.integrations.vllm import hooks, safety
 from specguard.integrations.vllm.hooks import SOURCE_ATTR
 from specguard.integrations.vllm.settings import (
     GUARD_ENV,
@@ -97,13 +97,26 @@ def install(settings: Settings | None = None) -> bool:
             _active = settings
             return False
         _active = settings
-        hooks.when_imported(V4_QUANT, _patch_v4)
-        hooks.when_imported(V41_QUANT, _patch_v41)
-        hooks.when_imported(CT_QUANT, _patch_compressed_tensors)
-        hooks.when_imported(VLLM_CONFIG, _patch_vllm_config)
-        hooks.when_imported(BASE_LOADER, _patch_base_loader)
-        hooks.when_imported(DEFAULT_LOADER, _patch_default_loader)
+        for name, patch in _HOOKS.items():
+            hooks.when_imported(name, _safe(name, patch))
         return True
+
+
+def _safe(name: str, patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    """``patch`` as an import hook that can never fail vLLM's import of ``name``.
+
+    A hook that fails half-way undoes what it patched, so vLLM runs as it would without it.
+    """
+
+    def run(module: ModuleType) -> None:
+        keep = len(_patches)
+        try:
+            patch(module)
+        except Exception as exc:
+            _patches.undo(keep)
+            safety.warn_once(f"patching {name}", exc)
+
+    return run
 
 
 def uninstall() -> None:
@@ -171,7 +184,10 @@ def _tagging(original: Any) -> Any:
     @functools.wraps(fn)
     def _get_quantization_config(model_config: Any, load_config: Any) -> Any:
         quant_config = fn(model_config, load_config)
-        tag_source(quant_config, model_config)
+        try:
+            tag_source(quant_config, model_config)
+        except Exception as exc:  # untagged: the current model's checkpoint is used
+            safety.warn_once("tagging the quant config with its checkpoint", exc)
         return quant_config
 
     return staticmethod(_get_quantization_config)
@@ -196,3 +212,14 @@ def _patch_default_loader(module: ModuleType) -> None:
     from specguard.integrations.vllm import loading
 
     _patches.replace(module.DefaultModelLoader, "load_weights", loading.wrap_load_weights)
+
+
+# Which vLLM module each patch waits for (applied when vLLM imports it).
+_HOOKS: dict[str, Callable[[ModuleType], None]] = {
+    V4_QUANT: _patch_v4,
+    V41_QUANT: _patch_v41,
+    CT_QUANT: _patch_compressed_tensors,
+    VLLM_CONFIG: _patch_vllm_config,
+    BASE_LOADER: _patch_base_loader,
+    DEFAULT_LOADER: _patch_default_loader,
+}

@@ -9,14 +9,13 @@ difference (``log``). Every difference becomes a ``Decision`` for the log.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from specguard.integrations.vllm import disk, methods
+from specguard.integrations.vllm import disk, methods, safety
 from specguard.integrations.vllm.hooks import SOURCE_ATTR
 from specguard.integrations.vllm.settings import FIX, current
 
@@ -71,34 +70,58 @@ def vanilla() -> Iterator[None]:
         _state.vanilla = before
 
 
+def vllm_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` where ``fn`` is vLLM's own: what it raises is vLLM's, passed through."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        safety.from_vllm(exc)
+        raise
+
+
 def wrap_get_quant_method(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
     def get_quant_method(self: Any, layer: Any, prefix: str) -> Any:
         if _state.vanilla:
-            return original(self, layer, prefix)
+            return vllm_call(original, self, layer, prefix)
         kind = methods.layer_kind(layer)
         if kind is None:
-            return original(self, layer, prefix)
+            return vllm_call(original, self, layer, prefix)
         if current().mode == FIX:
             rekey_mtp_entries(self, prefix)
         return route(self, layer, prefix, kind, original)
 
-    return get_quant_method
+    return safety.method(f"{_owner(original)}.get_quant_method", get_quant_method, original,
+                         _unpatched(original))
+
+
+def _owner(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", "get_quant_method").rsplit(".", 1)[0]
+
+
+def _unpatched(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` with every patched helper it calls answering as vLLM does."""
+
+    def call(*args: Any) -> Any:
+        with vanilla():
+            return original(*args)
+
+    return call
 
 
 def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., bool]:
     """V4.1's NVFP4-or-MXFP4 switch for expert layers, answered by the disk in ``fix`` mode."""
 
-    @functools.wraps(original)
     def _is_nvfp4_expert_layer(self: Any, prefix: str) -> bool:
         if _state.vanilla or current().mode != FIX:
-            return original(self, prefix)
-        answer = disk.stored(checkpoint_of(self), prefix, draft_method())
+            return vllm_call(original, self, prefix)  # type: ignore[no-any-return]
+        source = checkpoint_of(self)
+        answer = disk.stored(source, prefix, draft_method()) if source else None
         if answer is not None and answer.format in ("nvfp4", "mxfp4"):
             return answer.format == "nvfp4"
-        return original(self, prefix)
+        return vllm_call(original, self, prefix)  # type: ignore[no-any-return]
 
-    return _is_nvfp4_expert_layer
+    return safety.method(f"{_owner(original)}._is_nvfp4_expert_layer", _is_nvfp4_expert_layer, original,
+                         _unpatched(original))
 
 
 def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..., Any]) -> Any:
@@ -111,6 +134,7 @@ def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..
     except Exception as exc:
         # vLLM's own choice cannot even be built here (e.g. no kernel for it on this
         # device); route by the disk when it can, else fail as vLLM would.
+        safety.from_vllm(exc)
         if answer is None or current().mode != FIX:
             raise
         note = f"vLLM's own method failed: {type(exc).__name__}: {exc}"

@@ -1,4 +1,4 @@
-"""vllm033: what vLLM 0.33 builds, pinned on the seeds' layouts and compared with
+"""engines/vllm/v0_33: what vLLM 0.33 builds, pinned on the seeds' layouts and compared with
 vLLM's real ``DeepseekV4FP8Config.get_quant_method`` (both classes) on generated
 configs and prefixes.
 
@@ -36,7 +36,7 @@ from vllm.models.deepseek_v4.nvidia.model import _make_deepseek_v4_weights_mappe
 from vllm.models.deepseek_v41.nvidia.dspark import DSparkDeepseekV4ForCausalLM as DSparkV41
 from vllm.models.deepseek_v41.nvidia.vl_model import DeepseekV41ForCausalLM as V41
 
-from specguard.declared.vllm033 import V4_CLASS, V41_CLASS, Vllm033, deepseek_v4_rename
+from specguard.engines.vllm.v0_33 import V4_CLASS, V41_CLASS, Vllm033, deepseek_v4_rename
 from specguard.formats import scheme as s
 
 N = 43

@@ -1,16 +1,16 @@
-"""`specguard lint` and `specguard rule`."""
+"""`specguard lint`: run the rules, print the findings, pick the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from specguard.cli import UsageError
-from specguard.lint import RULES, lint, severity_rank
-from specguard.lint import report as out
-from specguard.lint.registry import rule_doc, unknown_codes
-from specguard.report.inspect import console
-from specguard.report.route import resolvers
+from specguard.commands.route import resolvers
+from specguard.errors import UsageError
+from specguard.lint import lint, severity_rank
+from specguard.lint import output as out
+from specguard.lint.registry import unknown_codes
+from specguard.terminal import console
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -40,17 +40,3 @@ def run_lint(args: argparse.Namespace) -> int:
     if args.fail_on == "never" or worst is None:
         return 0
     return 1 if severity_rank(worst) >= severity_rank(args.fail_on) else 0
-
-
-def run_rule(args: argparse.Namespace) -> int:
-    if args.all or not args.code:
-        for code, r in sorted(RULES.items()):
-            print(f"{code}  {r.name:42s} {r.severity:8s} {r.summary}")
-        return 0
-    code = args.code.upper()
-    if code not in RULES:
-        raise UsageError(f"unknown rule {args.code!r} (see `specguard rule --all`)")
-    doc = rule_doc(code)
-    r = RULES[code]
-    print(doc if doc else f"# {code} {r.name}\n\n{r.summary}\n")
-    return 0

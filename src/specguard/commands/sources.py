@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
+from specguard.errors import LayoutError
 from specguard.formats.table import ModuleTable
 from specguard.layouts import GenericLayout, Role, layer_index, layout_for
 
@@ -63,12 +64,7 @@ def module_roles(table: ModuleTable) -> dict[str, Role]:
     """
     try:
         layout = layout_for(dict(table.checkpoint.config or {}))
-    except ValueError:  # LayoutError or implausible counts: roles from names alone
+    except LayoutError:  # too little said, or implausible counts: roles from names alone
         deepest = max((layer_index(m.name) or 0 for m in table), default=0)
         layout = GenericLayout(deepest + 1)
     return {m.name: layout.role(m.name) for m in table}
-
-
-def role_label(role: Role) -> str:
-    """``main``, ``embedding``, ``head`` or ``draft (mtp)``: one label per run of layers."""
-    return f"draft ({role.draft_kind})" if role.is_draft and role.draft_kind else role.kind

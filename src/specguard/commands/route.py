@@ -1,4 +1,4 @@
-"""`specguard route`: one row per runtime module, what to build and whether vLLM 0.33 gets it right."""
+"""`specguard route`: one row per runtime module, what to build and whether the modelled engine gets it right."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from specguard.report.inspect import console, write_json
-from specguard.report.runs import group_runs
-from specguard.report.sources import open_path, role_label
+from specguard.commands.output import write_json
+from specguard.commands.sources import open_path
+from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.errors import UsageError
+from specguard.layouts.roles import role_label
+from specguard.layouts.runs import group_runs
 from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route
+from specguard.terminal import console, escape, print_table
 
 _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow"}
 
 
 def resolvers(args: argparse.Namespace) -> list[Resolver]:
     """The target's resolver, plus the drafter's (routed by its own disk) with --draft."""
+    if args.draft_method == "eagle" and not args.draft:
+        raise UsageError("--draft-method eagle routes a separate EAGLE drafter: pass --draft SRC "
+                         "(the drafter's checkpoint; SOURCE is the target's)")
     target = Resolver(open_path(args.source, revision=args.revision, remote=args.remote),
                       draft_method=args.draft_method if not args.draft else None, platform=args.platform)
     out = [target]
@@ -77,16 +84,19 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
                 vllm, rt.verdict)
 
     shown = [rt for rt in routes if show_ok or rt.verdict != OK or rt.role.is_draft]
-    t = Table(title=f"{title} — {len(routes)} runtime modules", title_justify="left")
-    t.add_column("runtime prefix", no_wrap=True)
-    for col in ("role", "stored as", "declared as", "vLLM 0.33 builds", "verdict"):
+    t = Table(title=f"{escape(title)} — {len(routes)} runtime modules", title_justify="left")
+    for col in ("runtime prefix", "role", "stored as", "declared as", f"{ENGINE} builds", "verdict"):
         t.add_column(col)
     for run in group_runs((rt.prefix, key(rt), rt) for rt in shown):
         role, stored, declared, vllm, verdict = run.key  # type: ignore[misc]
-        t.add_row(run.label(), role, stored, declared, vllm, f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
-    out.print(t)
+        t.add_row(*(escape(c) for c in (run.label(), role, stored, declared, vllm)),
+                  f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
+    print_table(out, t)
     counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in (OK, MISROUTED, MISSING, UNMATCHED)}
-    out.print(" · ".join(f"{n} {v}" for v, n in counts.items() if n))
+    hidden = len(routes) - len(shown)
+    note = f" ({hidden} main-stack modules that route ok not shown; --all lists them)" if hidden else ""
+    out.print(" · ".join(f"{n} {v}" for v, n in counts.items() if n) + note, highlight=False)
     for rt in routes:
         if rt.verdict != OK:
-            out.print(f"[{_VERDICT_STYLE[rt.verdict]}]{rt.verdict}[/] {rt.prefix}: {rt.reason}", highlight=False)
+            out.print(f"[{_VERDICT_STYLE[rt.verdict]}]{rt.verdict}[/] {escape(rt.prefix)}: {escape(rt.reason)}",
+                      highlight=False)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from specguard import __version__
+from specguard._version import __version__
 from specguard.lint.finding import ERROR, INFO, WARNING, Finding
 from specguard.lint.registry import RULES, rule_doc
 
@@ -28,8 +28,8 @@ def text(findings: Sequence[Finding], source: str, console: Console, *, bytes_re
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "no findings"
     frac = f" ({bytes_read / total_bytes:.3%} of the checkpoint, in whole 4 KiB pages)" if total_bytes else ""
     readers = ", ".join(f"{code} {n:,}" for code, n in bytes_by_rule.items() if n)
-    console.print(f"{source}: {summary}; read {bytes_read:,} bytes of tensor data{frac}"
-                  + (f" [{readers}; every other rule: headers only]" if readers else ""), highlight=False)
+    console.print(escape(f"{source}: {summary}; read {bytes_read:,} bytes of tensor data{frac}"
+                         + (f" [{readers}; every other rule: headers only]" if readers else "")), highlight=False)
 
 
 def as_json(findings: Sequence[Finding], source: str, *, bytes_read: int, total_bytes: int,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections import Counter
 from collections.abc import Mapping
 
@@ -12,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.checkpoint.source import Checkpoint
+from specguard.commands.output import human_bytes, write_json
+from specguard.commands.sources import module_roles, open_source
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
-from specguard.report.runs import group_runs
-from specguard.report.sources import module_roles, open_source, role_label
-
-JSON_SCHEMA_VERSION = 1
+from specguard.layouts.roles import role_label
+from specguard.layouts.runs import group_runs
+from specguard.terminal import console, escape, print_table
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -28,21 +27,22 @@ def run_inspect(args: argparse.Namespace) -> int:
         records = tensor_records(table) if args.tensors else module_records(table, roles)
         write_json(ckpt.name, records)
         return 0
+    if args.tensors:
+        render_tensors(table, console())
+        return 0
     render(table, roles, console())
     return 0
 
 
-def write_json(checkpoint: str, records: list[dict]) -> None:
-    """Valid JSON with one record per line: greppable and diffable."""
-    head = json.dumps({"schema": JSON_SCHEMA_VERSION, "checkpoint": checkpoint})[:-1]
-    sys.stdout.write(head + ', "records": [\n')
-    sys.stdout.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
-    sys.stdout.write("\n]}\n")
-
-
-def console() -> Console:
-    """Full-width rows when piped (README, CI logs) instead of rich's 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+def render_tensors(table: ModuleTable, out: Console) -> None:
+    """``--tensors``: one row per tensor, with the module and format it belongs to."""
+    t = Table(title=f"{escape(table.checkpoint.name)} — tensors", title_justify="left")
+    for col in ("tensor", "dtype", "shape", "module", "format", "file"):
+        t.add_column(col)
+    for r in tensor_records(table):
+        t.add_row(*(escape(str(c)) for c in (r["tensor"], r["dtype"], "×".join(map(str, r["shape"])) or "scalar",
+                                             r["module"], r["format"], r["file"])))
+    print_table(out, t)
 
 
 def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
@@ -87,7 +87,8 @@ def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
 def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> None:
     ckpt: Checkpoint = table.checkpoint
     runs = group_runs((m.name, _row_key(m, role_label(roles[m.name])), m) for m in table)
-    t = Table(title=f"{ckpt.name} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)", title_justify="left")
+    t = Table(title=f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)",
+              title_justify="left")
     t.add_column("modules")
     t.add_column("stored as")
     t.add_column("role")
@@ -95,15 +96,17 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> N
     t.add_column("size", justify="right")
     for run in runs:
         label, role, missing = run.key  # type: ignore[misc]
+        label = escape(label)
         mods: list[Module] = run.items  # type: ignore[assignment]
         if missing:
-            label += f" [red]missing {','.join(missing)}[/]"
+            label += f" [red]missing {escape(','.join(missing))}[/]"
         reason = mods[0].scheme.reason
         if reason and mods[0].scheme.format in ("unknown", "ambiguous"):
-            label += f" [yellow]({reason})[/]"
-        t.add_row(run.label(), label, role, str(len(mods)), human_bytes(sum(m.nbytes for m in mods)))
-    console.print(t)
-    console.print(_totals(table, roles))
+            label += f" [yellow]({escape(reason)})[/]"
+        t.add_row(escape(run.label()), label, escape(role), str(len(mods)),
+                  human_bytes(sum(m.nbytes for m in mods)))
+    print_table(console, t)
+    print_table(console, _totals(table, roles))
 
 
 def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
@@ -117,12 +120,12 @@ def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
         sizes[key] += m.nbytes
     role_names = sorted({r for _, r in counts}, key=_role_order)
     for r in role_names:
-        t.add_column(r, justify="right")
+        t.add_column(escape(r), justify="right")
     for fmt in sorted({f for f, _ in counts}):
         cells = [
             f"{counts[(fmt, r)]} · {human_bytes(sizes[(fmt, r)])}" if counts[(fmt, r)] else "" for r in role_names
         ]
-        t.add_row(fmt, *cells)
+        t.add_row(escape(fmt), *cells)
     return t
 
 
@@ -130,11 +133,3 @@ def _role_order(label: str) -> tuple[int, str]:
     order = ("main", "draft", "embedding", "head")
     first = label.split(" ")[0]
     return (order.index(first) if first in order else len(order), label)
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

@@ -1,7 +1,7 @@
 """What vLLM 0.33.0 itself builds for a runtime prefix: its routing, verbatim.
 
 This is the behaviour specguard corrects, re-stated from vLLM's source so users
-see where it goes wrong (FORMATS.md "How vLLM 0.33 routes"). Sources, all in
+see where it goes wrong (docs/formats.md "How vLLM 0.33 routes"). Sources, all in
 vllm 0.33.0 site-packages:
 
 - quant-config class: model_executor/layers/quantization/__init__.py
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -62,12 +61,14 @@ from specguard.declared.patterns import (
     regex_match,
     vllm_is_layer_skipped,
 )
+from specguard.engines import EngineChoice
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import Layout, layout_for
 from specguard.layouts import roles as r
-from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, text_config
+from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, is_deepseek_v41, text_config
 
+ENGINE = "vLLM 0.33"  # the modelled engine and version, as every message names it
 PLATFORMS = ("cuda", "rocm", "cpu")
 TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
 MODELS = (TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL)
@@ -92,6 +93,10 @@ _V4_RENAME_PREFIX = (("layers.", "model.layers."), ("embed.", "model.embed."), (
                      ("hc_head", "model.hc_head"), ("mtp.", "model.mtp."))
 _V4_RENAME_SUFFIX = (("head.weight", "lm_head.weight"), ("embed.weight", "embed_tokens.weight"),
                      (".ffn.gate.bias", ".ffn.gate.e_score_correction_bias"))
+
+
+class EngineRaises(ValueError):
+    """vLLM itself raises ValueError here (modelled, not specguard's error): the layer cannot be built."""
 
 
 def v41_ignore_name(prefix: str, num_hidden_layers: int) -> str | None:
@@ -125,20 +130,6 @@ def deepseek_v4_rename(name: str, *, v41: bool = False) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class EngineChoice:
-    """The quant method vLLM 0.33 builds for one layer, as a Scheme, and why."""
-
-    scheme: Scheme
-    method: str  # vLLM class name of the quant method
-    reason: str  # the rule that decided, citing vLLM's file:function
-    quant_config: str | None  # vLLM quant-config class path, None without quantization
-
-    @property
-    def quantized(self) -> bool:
-        return self.scheme.quantized
-
-
 class Vllm033:
     """vLLM 0.33.0's routing for one target checkpoint (and its draft).
 
@@ -147,6 +138,8 @@ class Vllm033:
     ``draft_config`` (+ ``draft_hf_quant_config``) is a separate drafter
     checkpoint's config (DSpark/EAGLE ``speculative_config.model``).
     """
+
+    name = ENGINE
 
     def __init__(
         self,
@@ -173,8 +166,7 @@ class Vllm033:
         )
         self.draft_text = text_config(draft_config) if draft_config is not None else self.text
         self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
-        archs = " ".join(str(a) for a in config.get("architectures") or ())
-        self.v41 = self.model_type.startswith("deepseek_v41") or "DeepseekV41" in archs
+        self.v41 = is_deepseek_v41(config)
         # Read lazily by DeepseekV4FP8Config from the current vLLM config's hf_config,
         # i.e. the target's config.json, also while a draft is built.
         qc = config.get("quantization_config") or self.text.get("quantization_config") or {}
@@ -202,7 +194,7 @@ class Vllm033:
         lists stay raw too."""
         d, _ = self._declared(model)
         raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
-        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES or self.v41:
+        if not self.v4_mapper_applies(model):
             return tuple(raw)
         names = [deepseek_v4_rename(x) for x in raw]
         if self.platform == "rocm" and model == MTP_MODEL:
@@ -211,6 +203,14 @@ class Vllm033:
                 names = [x.replace(f"model.mtp.{i}.", f"model.layers.{n + i}.", 1)
                          if x.startswith(f"model.mtp.{i}.") else x for x in names]
         return tuple(names)
+
+    def v4_mapper_applies(self, model: str) -> bool:
+        """Whether vLLM renames ``model``'s lists through DeepSeek-V4's class-level
+        ``hf_to_vllm_mapper`` (``configure_quant_config`` / ``apply_vllm_mapper``):
+        for the target and the MTP draft that shares its config, not for a
+        DSpark/EAGLE draft's fresh config, and not for V4.1 (its registry class,
+        the VL wrapper, has no class-level mapper) or non-V4 models."""
+        return model not in (DSPARK_MODEL, EAGLE_MODEL) and self.model_type in DEEPSEEK_V4_TYPES and not self.v41
 
     # -- the routing ------------------------------------------------------------
 
@@ -366,7 +366,7 @@ class Vllm033:
         does, DeepSeek-V2/V3's and the V4.1 VL wrapper's do not."""
         d, _ = self._declared(model)
         raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
-        if model in (DSPARK_MODEL, EAGLE_MODEL) or self.model_type not in DEEPSEEK_V4_TYPES or self.v41:
+        if not self.v4_mapper_applies(model):
             return tuple(raw)
         return tuple(deepseek_v4_rename(x) for x in modelopt_rewrite(raw))
 
@@ -409,7 +409,7 @@ class Vllm033:
             return self._plain(d, cls, "None", "compressed-tensors embeddings: INT WNA16 only")
         try:
             target, why = self.ct_target(prefix, kind, model)
-        except ValueError as exc:
+        except EngineRaises as exc:
             if kind == r.HEAD_KIND:  # get_quant_method swallows it for ParallelLMHead
                 return self._plain(d, cls, "None", f"get_scheme raised for ParallelLMHead: {exc}")
             return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"vLLM raises: {exc}", cls)
@@ -430,10 +430,11 @@ class Vllm033:
         in ``ParallelLMHead``). RoutedExperts are looked up as
         ``{prefix}.0.{gate,up,down}`` (compressed_tensors_moe.py
         ``get_moe_method``), and ``Linear`` also targets ``RoutedExperts``
-        (``_add_fused_moe_to_target_scheme_map``). Raises ValueError where vLLM does.
+        (``_add_fused_moe_to_target_scheme_map``). Raises EngineRaises where vLLM raises ValueError.
         """
         d, _ = self._declared(model)
-        assert isinstance(d, CompressedTensorsDeclared)
+        if not isinstance(d, CompressedTensorsDeclared):
+            raise TypeError(f"ct_target: the {model} model's config is {d.stack}, not compressed-tensors")
         packed = self._packed(model)
         ignore = [self._ct_rename(x.text, model) for x in d.patterns if x.effect == UNQUANTIZED]
         targets = list(self._ct_targets(d, model))
@@ -447,7 +448,7 @@ class Vllm033:
             klass = "ParallelLMHead" if kind == r.HEAD_KIND else "ColumnParallelLinear"
         found = [_ct_pick(n, klass, ignore, targets, packed) for n in names]
         if len({f[0] for f in found}) > 1:
-            raise ValueError("All MoE projections need to have same quantization scheme but found multiple")
+            raise EngineRaises("All MoE projections need to have same quantization scheme but found multiple")
         pick, how = found[-1]
         added_alias = pick == "RoutedExperts" and "RoutedExperts" not in self._ct_targets(d, model)
         pick = "Linear" if added_alias else pick  # the alias shares Linear's scheme
@@ -472,11 +473,9 @@ class Vllm033:
 
     def _ct_rename(self, target: str, model: str) -> str:
         """``CompressedTensorsConfig.apply_vllm_mapper``: dotted layer paths only, never ``re:``."""
-        if "." not in target or target.startswith("re:") or model in (DSPARK_MODEL, EAGLE_MODEL):
+        if "." not in target or target.startswith("re:") or not self.v4_mapper_applies(model):
             return target
-        if self.model_type in DEEPSEEK_V4_TYPES and not self.v41:
-            return deepseek_v4_rename(target)
-        return target
+        return deepseek_v4_rename(target)
 
 
 def _ct_pick(name: str, klass: str, ignore: list[str], targets: list[str],
@@ -489,7 +488,7 @@ def _ct_pick(name: str, klass: str, ignore: list[str], targets: list[str],
     if proj in packed:
         shards = [any(_ct_vllm_match(name.replace(proj, sh), t) for t in ignore) for sh in packed[proj]]
         if any(shards) and not all(shards):
-            raise ValueError(f"Found different quantization schemes for the shards of {name}.")
+            raise EngineRaises(f"Found different quantization schemes for the shards of {name}.")
         if all(shards):
             return None, name
     # find_matched_target
@@ -538,11 +537,13 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
 
 
 __all__ = [
+    "ENGINE",
     "MODELS",
     "PLATFORMS",
     "V4_CLASS",
     "V41_CLASS",
     "EngineChoice",
+    "EngineRaises",
     "Vllm033",
     "deepseek_v4_rename",
     "modelopt_algo_scheme",

@@ -1,0 +1,4 @@
+"""Command handlers: one module per `specguard` command (inspect, route, lint, rule).
+
+Each parses nothing itself (cli.py does), calls the stages, and prints.
+"""

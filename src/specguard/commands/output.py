@@ -1,0 +1,24 @@
+"""Output shared by the commands: JSON records, byte sizes (the console: ``specguard.terminal``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+JSON_SCHEMA_VERSION = 1
+
+
+def write_json(checkpoint: str, records: list[dict]) -> None:
+    """Valid JSON with one record per line: greppable and diffable."""
+    head = json.dumps({"schema": JSON_SCHEMA_VERSION, "checkpoint": checkpoint})[:-1]
+    sys.stdout.write(head + ', "records": [\n')
+    sys.stdout.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
+    sys.stdout.write("\n]}\n")
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

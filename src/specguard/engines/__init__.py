@@ -1,0 +1,51 @@
+"""Engine models: what a given engine version builds for a runtime prefix, and why.
+
+An engine model restates one engine version's routing from that version's
+source (each module cites the files and functions it restates), so specguard
+can say where the engine goes wrong. It is not a config claim (``declared/``
+parses those) and not what specguard routes to (``resolve.py`` routes by the
+disk). A new engine version is a new module beside the old one
+(``engines/vllm/v0_34.py``), not an edit of it.
+
+The one model today is ``engines.vllm.v0_33.Vllm033``; its ``ENGINE`` constant
+("vLLM 0.33") is the name every message uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from specguard.formats.scheme import Scheme
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The quant method an engine builds for one layer, as a Scheme, and why."""
+
+    scheme: Scheme
+    method: str  # the engine's class name of the quant method
+    reason: str  # the rule that decided, citing the engine's file:function
+    quant_config: str | None  # the engine's quant-config class path, None without quantization
+
+    @property
+    def quantized(self) -> bool:
+        return self.scheme.quantized
+
+
+class EngineModel(Protocol):
+    """One engine version's routing for one target checkpoint (and its draft), under its config."""
+
+    name: str  # the modelled engine and version, as messages print it ("vLLM 0.33")
+
+    def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
+        """What the engine builds for the layer at ``runtime_prefix`` of module kind ``kind``
+        (``model``: which of the engine's models builds it; default from the prefix's role)."""
+        ...
+
+    def built_without_quant_config(self, prefix: str, kind: str) -> bool:
+        """Whether the model class builds this layer with no quant config at all."""
+        ...
+
+
+__all__ = ["EngineChoice", "EngineModel"]

@@ -1,0 +1,1 @@
+"""Models of vLLM versions, one module per version (``v0_33``)."""

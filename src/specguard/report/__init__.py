@@ -1,1 +1,0 @@
-"""Presentation shared by inspect, route and lint: run-length grouping, tables."""

@@ -1,0 +1,120 @@
+"""The layout docs/architecture.md describes: imports flow one way between the
+stages, and every doc a source file cites is in the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "specguard"
+
+# Each stage may import only stages of a lower level (docs/architecture.md).
+# Same level, different stage: no import either way.
+LEVELS = {
+    "errors": 0, "_version": 0,
+    "checkpoint": 1, "usage": 1,
+    "formats": 2,
+    "codecs": 3, "layouts": 3, "guard": 3,
+    "declared": 4, "factory": 4,
+    "engines": 5,
+    "resolve": 6,
+    "lint": 7, "repair": 7,
+    "engine": 8, "integrations": 8,
+    "commands": 9,
+    "cli": 10,
+    "__init__": 11,  # the public API re-exports every stage
+}
+
+
+def _stage(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, stage) of every specguard stage this file imports, lazy imports included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] if node.module != "specguard" else [f"specguard.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "specguard":
+                out.append((node.lineno, parts[1] if len(parts) > 1 else "__init__"))
+    return out
+
+
+def _stage_graph() -> dict[str, dict[str, str]]:
+    """stage -> {imported stage: first file:line that imports it}."""
+    graph: dict[str, dict[str, str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        stage = _stage(path)
+        for line, target in _imports(path):
+            if target != stage:
+                graph.setdefault(stage, {}).setdefault(target, f"{path.relative_to(ROOT)}:{line}")
+    return graph
+
+
+def test_every_stage_has_a_level():
+    stages = {_stage(p) for p in SRC.rglob("*.py")}
+    assert stages <= set(LEVELS), f"add {sorted(stages - set(LEVELS))} to LEVELS and docs/architecture.md"
+
+
+def test_imports_flow_one_way():
+    wrong = [f"{where}: {stage} (level {LEVELS[stage]}) imports {target} (level {LEVELS[target]})"
+             for stage, targets in _stage_graph().items() for target, where in targets.items()
+             if LEVELS[target] >= LEVELS[stage]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_cycles_between_stages():
+    graph = {stage: set(targets) for stage, targets in _stage_graph().items()}
+    seen: set[str] = set()
+
+    def visit(stage: str, path: tuple[str, ...]) -> None:
+        assert stage not in path, f"import cycle: {' -> '.join((*path, stage))}"
+        if stage in seen:
+            return
+        for target in graph.get(stage, ()):
+            visit(target, (*path, stage))
+        seen.add(stage)
+
+    for stage in graph:
+        visit(stage, ())
+
+
+@pytest.mark.parametrize(("low", "high"), [
+    ("checkpoint", "formats"), ("formats", "lint"), ("formats", "commands"), ("layouts", "declared"),
+    ("declared", "engines"), ("engines", "resolve"), ("lint", "commands"), ("lint", "cli"),
+])
+def test_a_lower_stage_never_imports_a_higher_one(low, high):
+    assert high not in _stage_graph().get(low, {}), f"{low} imports {high}"
+
+
+# A citation: a path or bare file name ending in .md, not part of a template (``{code}.md``).
+_CITED = re.compile(r"(?<![\w/.{}<>-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+
+
+def _cited_docs() -> list[tuple[Path, str]]:
+    out = []
+    for folder in ("src", "tests", "benchmarks", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            out += [(path, m) for m in _CITED.findall(path.read_text())]
+    return out
+
+
+def test_sources_cite_docs():
+    assert any(doc == "docs/formats.md" for _, doc in _cited_docs())
+
+
+def test_every_cited_doc_is_in_the_repository():
+    missing = [f"{path.relative_to(ROOT)} cites {doc}" for path, doc in _cited_docs()
+               if not any((base / doc).is_file() for base in (path.parent, ROOT, ROOT / "docs"))]
+    assert not missing, "\n".join(missing)
