@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, take_turns
+from synth import bench_checkpoint, machine, take_turns
 
 from specguard.checkpoint import open_checkpoint
 
@@ -58,6 +58,7 @@ def with_specguard(root: Path) -> int:
 
 
 def main() -> None:
+    print(machine())
     root, args = bench_checkpoint(__doc__, repeat=5)
     best, counted = take_turns({
         "floor (read + json.loads)": floor, "safetensors safe_open": with_safetensors,

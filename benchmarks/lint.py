@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, take_turns
+from synth import bench_checkpoint, machine, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -31,6 +31,7 @@ def lint_pass(root: Path) -> object:
 
 
 def main() -> None:
+    print(machine())
     root, args = bench_checkpoint(__doc__)
     best, results = take_turns({"inspect": inspect_pass, "lint": lint_pass}, root, args.repeat)
     result = results["lint"]

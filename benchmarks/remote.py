@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import struct
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import default_root, write_sparse
+from synth import default_root, machine, write_sparse
 
 REPO = Path(__file__).resolve().parent.parent
 TENSORS_PER_SHARD = 625  # the 40,000 tensors in 64 shards
@@ -38,14 +37,6 @@ PEER = (
     "from huggingface_hub import get_safetensors_metadata as g; "
     "m = g('acme/bench'); print(sum(len(f.tensors) for f in m.files_metadata.values()))"
 )
-
-
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"machine: {cpu}, {os.cpu_count()} CPUs (load average {load}), {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}")
 
 
 def needed_bytes(root: Path) -> tuple[int, int]:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, take_turns
+from synth import bench_checkpoint, machine, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -28,6 +28,7 @@ def route_pass(root: Path) -> int:
 
 
 def main() -> None:
+    print(machine())
     root, args = bench_checkpoint(__doc__)
     best, counts = take_turns({"inspect": inspect_pass, "route": route_pass}, root, args.repeat)
     ins, rte = best["inspect"], best["route"]

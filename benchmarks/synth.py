@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import struct
 import time
@@ -140,3 +141,12 @@ def take_turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int
             results[label] = fn(root)
             times[label].append(time.perf_counter() - t)
     return {k: min(v) for k, v in times.items()}, results
+
+
+def machine() -> str:
+    """The CPU, its count and load (these machines are shared), OS and Python: printed with each result."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"machine: {cpu}, {os.cpu_count()} CPUs (load average {load}), {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")
