@@ -9,6 +9,7 @@ import functools
 import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
 
 PAGE = 4096  # bytes the OS reads per touched page of a memory map
+_DATA_OFFSETS = attrgetter("data_offsets")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Checkpoint:
 
     @functools.cached_property
     def total_bytes(self) -> int:
-        return sum(t.offsets[1] - t.offsets[0] for t in self.tensors.values())
+        return sum(end - begin for begin, end in map(_DATA_OFFSETS, self.tensors.values()))
 
     def read(self, name: str) -> np.ndarray:
         """The bytes of one tensor as a numpy array of its dtype (sub-byte types as U8)."""
