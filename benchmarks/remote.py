@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -67,12 +68,17 @@ class Server:
         self.proc.wait()
 
 
-def timed(server: Server, cmd: list[str], env: dict[str, str]) -> tuple[float, dict, str]:
+def timed(server: Server, cmd: list[str], env: dict[str, str]) -> tuple[float, dict]:
+    """Wall time of one run, and the server's count of its requests and bytes, plus
+    the run's CPU seconds (user + system; on a shared machine, wall time waits for others)."""
     server.control("reset")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t
-    return wall, server.control("stats"), out
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, {**server.control("stats"), "cpu": cpu}
 
 
 def bench(shards: int, delay: float, repeat: int) -> None:
@@ -95,7 +101,7 @@ def bench(shards: int, delay: float, repeat: int) -> None:
                     "specguard inspect --remote, cached": specguard,  # same XDG_CACHE_HOME: a hit
                 }
                 for label, cmd in runs.items():
-                    wall, stats, _ = timed(server, cmd, env)
+                    wall, stats = timed(server, cmd, env)
                     if label not in best or wall < best[label][0]:
                         best[label] = (wall, stats)
     finally:
@@ -105,8 +111,8 @@ def bench(shards: int, delay: float, repeat: int) -> None:
     need = header_bytes + small_bytes
     print(f"  needed: {header_bytes:,} header bytes + {small_bytes:,} index/config bytes = {need:,}")
     for label, (wall, stats) in best.items():
-        print(f"  {label:42s} {wall * 1000:7.0f} ms  {stats['requests']:4d} requests  {stats['bytes']:>12,} bytes"
-              f"  ({stats['bytes'] / need:.3f}x needed)")
+        print(f"  {label:38s} {wall * 1000:6.0f} ms ({stats['cpu'] * 1000:4.0f} ms CPU) {stats['requests']:4d} requests"
+              f" {stats['bytes']:>11,} bytes ({stats['bytes'] / need:.3f}x needed)")
     peer, _ = best["huggingface_hub get_safetensors_metadata"]
     ours, stats = best["specguard inspect --remote"]
     print(f"  specguard / peer time = {ours / peer:.2f} (goal <= 0.5)")

@@ -54,7 +54,8 @@ POOL = 32
 FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
 TIMEOUT = 30.0  # seconds per request; timeouts are retried
 RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped answers (huggingface_hub's http_backoff)
-ENTRY_MARGIN = 1.03  # on the learned bytes per entry: digits of offsets vary between shards
+ENTRY_MARGIN = 1.05  # on the learned bytes per entry: shards of other tensor kinds (a drafter's) differ ~5 %
+CALIBRATE_FROM = 16  # tensors a shard needs before its bytes per entry size the others' reads
 SLACK = 256  # bytes per first read beyond the estimate (metadata, padding)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -224,22 +225,28 @@ def _read_headers(
 
     The shard holding the most tensors goes first, alone: its header says how
     many bytes an entry takes beyond its name, which sizes every other shard's
-    single read to within a few percent."""
+    single read to within a few percent. Each read is sized when it starts,
+    from the most bytes per entry any shard read so far has shown (shards
+    differ: longer offsets, other dtypes and shapes)."""
     names = list(shards)
     raws: dict[str, tuple[str, int, bytes]] = {}
     parsed: dict[str, FileHeader] = {}
+    learned: list[float | None] = [None]  # bytes per entry beyond its name, the most seen
 
     def arrived(shard: str, size: int, raw: bytes) -> None:  # main thread, while other reads are in flight
         raws[shard] = (shard, size, raw)
         parsed[shard] = parse_header(raw, size, f"{hub.repo_id}/{shard}", file=shard)
+        if len(shards[shard]) >= CALIBRATE_FROM:
+            learned[0] = max(learned[0] or 0.0, _bytes_per_entry(shards[shard], raw))
         _report(progress, len(parsed), len(names))
 
+    def read(shard: str) -> tuple[int, bytes]:  # a pool thread
+        return _read_header(hub, commit, shard, _first_read(shards[shard], learned[0]))
+
     first = max(names, key=lambda s: len(shards[s]))
-    arrived(first, *pool.submit(_read_header, hub, commit, first, _first_read(shards[first], None)).result())
-    per_entry = _bytes_per_entry(shards[first], raws[first][2])
+    arrived(first, *pool.submit(read, first).result())
     rest = [s for s in names if s != first]
-    jobs = [(_read_header, hub, commit, s, _first_read(shards[s], per_entry)) for s in rest]
-    _all(pool, jobs, lambda i, result: arrived(rest[i], *result))
+    _all(pool, [(read, s) for s in rest], lambda i, result: arrived(rest[i], *result))
     return [raws[s] for s in names], [parsed[s] for s in names]
 
 
@@ -253,9 +260,9 @@ def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
     return 8 + name_bytes + int(len(tensor_names) * per_entry * ENTRY_MARGIN) + SLACK
 
 
-def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float | None:
+def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
     name_bytes = sum(map(len, map(str.encode, tensor_names)))
-    return max(0.0, len(header) - name_bytes) / len(tensor_names) if tensor_names else None
+    return max(0.0, len(header) - name_bytes) / len(tensor_names)
 
 
 def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
