@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from specguard.checkpoint.dtypes import NUMPY
+from specguard.checkpoint import dtypes
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PAGE = 4096  # bytes the OS reads per touched page of a memory map
 _DATA_OFFSETS = attrgetter("data_offsets")
@@ -45,9 +47,11 @@ class Checkpoint:
 
     def read(self, name: str) -> np.ndarray:
         """The bytes of one tensor as a numpy array of its dtype (sub-byte types as U8)."""
+        import numpy as np
+
         raw = self.read_bytes(name)
         t = self.tensors[name]
-        dtype = NUMPY.get(t.dtype)
+        dtype = dtypes.NUMPY.get(t.dtype)
         if dtype is None:  # F4 / F6: packed, no numpy element type
             return np.frombuffer(raw, np.uint8)
         return np.frombuffer(raw, dtype).reshape(t.shape)
@@ -60,6 +64,8 @@ class Checkpoint:
         so 100,000 small ranges cost no Python loop; only the pages holding them
         are touched, and those pages (4 KiB each) are what ``bytes_read`` counts.
         """
+        import numpy as np  # here: header-only commands never import numpy
+
         if self.root is None:
             raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
         length = length.astype(np.int64)
