@@ -81,6 +81,27 @@ def timed(server: Server, cmd: list[str], env: dict[str, str]) -> tuple[float, d
     return wall, {**server.control("stats"), "cpu": cpu}
 
 
+def read_in_process(label: str, server: Server, tmp: str) -> tuple[float, dict]:
+    """Only the reading, in this process (no interpreter start, imports, classification
+    or printing): specguard's open_checkpoint(--remote) or the peer's call."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from specguard.checkpoint import open_checkpoint
+
+    constants.HF_HUB_CACHE = f"{tmp}/hf-in-process"  # a fresh cache: the peer downloads the index again
+    os.environ["XDG_CACHE_HOME"] = f"{tmp}/xdg-in-process"
+    os.environ["HF_ENDPOINT"] = server.endpoint
+    server.control("reset")
+    cpu, t = time.process_time(), time.perf_counter()
+    if "specguard" in label:
+        open_checkpoint("acme/bench", remote=True)
+    else:
+        huggingface_hub.HfApi(endpoint=server.endpoint).get_safetensors_metadata("acme/bench")
+    wall = time.perf_counter() - t
+    return wall, {**server.control("stats"), "cpu": time.process_time() - cpu}
+
+
 def bench(shards: int, delay: float, repeat: int) -> None:
     root = write_sparse(default_root().with_name(f"remote-{shards}"), shards * TENSORS_PER_SHARD, shards)
     header_bytes, small_bytes = needed_bytes(root)
@@ -100,8 +121,10 @@ def bench(shards: int, delay: float, repeat: int) -> None:
                     "specguard inspect --remote": specguard,
                     "specguard inspect --remote, cached": specguard,  # same XDG_CACHE_HOME: a hit
                 }
-                for label, cmd in runs.items():
-                    wall, stats = timed(server, cmd, env)
+                results = {label: timed(server, cmd, env) for label, cmd in runs.items()}
+                for label in ("headers only: huggingface_hub, in-process", "headers only: specguard, in-process"):
+                    results[label] = read_in_process(label, server, tmp)
+                for label, (wall, stats) in results.items():
                     if label not in best or wall < best[label][0]:
                         best[label] = (wall, stats)
     finally:
@@ -116,6 +139,8 @@ def bench(shards: int, delay: float, repeat: int) -> None:
     peer, _ = best["huggingface_hub get_safetensors_metadata"]
     ours, stats = best["specguard inspect --remote"]
     print(f"  specguard / peer time = {ours / peer:.2f} (goal <= 0.5)")
+    reading = best["headers only: specguard, in-process"][0] / best["headers only: huggingface_hub, in-process"][0]
+    print(f"  reading only, specguard / peer time = {reading:.2f}")
     print(f"  specguard requests = {stats['requests']} (goal <= shards + 4 = {shards + 4})")
     print(f"  specguard bytes / needed = {stats['bytes'] / need:.3f} (goal <= 1.05)")
     print(f"  cached second audit: {best['specguard inspect --remote, cached'][1]['requests']} request(s)")
@@ -127,6 +152,8 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # before huggingface_hub is imported (read_in_process)
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     print(machine())
     for shards in args.shards:
         bench(shards, args.delay, args.repeat)

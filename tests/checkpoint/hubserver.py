@@ -89,9 +89,9 @@ class HubServer:
                     self.send_header(k, v)
                 self.end_headers()
                 if send_body:
-                    self.wfile.write(body)
-                    with server._lock:
+                    with server._lock:  # counted before sending: a client that has the bytes sees them counted
                         server.bytes_sent += len(body)
+                    self.wfile.write(body)
 
             def _answer(self, send_body: bool) -> None:
                 if self.path in ("/_stats", "/_reset"):
