@@ -124,9 +124,11 @@ def test_concurrent_reads_match_the_local_pass(hub_env, monkeypatch):
     _many_shards(hub_env / "repo")
     with HubServer({"acme/many": hub_env / "repo"}, delay=0.05) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        ckpt = open_checkpoint("acme/many", remote=True)
+        seen = []
+        ckpt = open_checkpoint("acme/many", remote=True, progress=lambda done, total: seen.append((done, total)))
     _same(ckpt, open_checkpoint(hub_env / "repo"))
     assert ckpt.commit == hub.commit
+    assert seen == [(i, 24) for i in range(1, 25)]  # the bar advances once per shard, on the main thread
     assert len(hub.requests) == 24 + 3
     ranged = [r for r in hub.requests if r.range]
     assert len(ranged) == 24 and len({r.path for r in ranged}) == 24
