@@ -6,7 +6,7 @@ content rules call for scale samples only.
 from __future__ import annotations
 
 import functools
-import mmap
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -60,38 +60,39 @@ class Checkpoint:
         """Bytes ``[begin[i], begin[i] + length[i])`` of ``files[i]`` for many i, as one
         uint8 buffer and each range's position in it.
 
-        Each shard is memory-mapped and the ranges gathered with one numpy index,
-        so 100,000 small ranges cost no Python loop; only the pages holding them
-        are touched, and those pages (4 KiB each) are what ``bytes_read`` counts.
+        One ``pread`` per range, each shard opened once, in file and offset order:
+        75,000 samples of a few bytes each cost about half of what gathering them
+        through memory maps did (page faults, benchmarks/lint.py). The pages (4 KiB)
+        holding the ranges are what ``bytes_read`` counts.
         """
         import numpy as np  # here: header-only commands never import numpy
 
         if self.root is None:
             raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
-        length = length.astype(np.int64)
+        begin, length = begin.astype(np.int64), length.astype(np.int64)
         pos = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        out = np.empty(int(length.sum()), dtype=np.uint8)
-        shard_names, shard_of = np.unique(np.array(files, dtype=object), return_inverse=True)
-        order = np.argsort(shard_of, kind="stable")
-        bounds = np.searchsorted(shard_of[order], np.arange(len(shard_names) + 1))
-        for k, file in enumerate(shard_names.tolist()):
-            idx = order[bounds[k] : bounds[k + 1]]
-            counts = length[idx]
-            within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-            src = np.repeat(begin[idx], counts) + within
-            dst = np.repeat(pos[idx], counts) + within
-            try:
-                with open(self.root / file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    mm.madvise(mmap.MADV_RANDOM)  # no readahead: each sample is a few bytes far apart
-                    view = np.frombuffer(mm, dtype=np.uint8)
-                    if src.size and int(src.max()) >= view.size:
-                        raise CheckpointError(file, f"truncated: {view.size} bytes, a scale lies past the end")
-                    out[dst] = view[src]
-                    del view
-            except (OSError, ValueError) as err:
-                raise CheckpointError(file, f"cannot read: {err}") from err
-            self.bytes_read[0] += PAGE * len(np.unique(src // PAGE))
-        return out, pos
+        out = bytearray(int(length.sum()))
+        shard_ids: dict[str, int] = {}
+        shard_of = np.fromiter((shard_ids.setdefault(f, len(shard_ids)) for f in files), np.int64, len(files))
+        order = np.lexsort((begin, shard_of))
+        names = list(shard_ids)
+        fds: dict[int, int] = {}
+        try:
+            for k, b, n, p in zip(*(a[order].tolist() for a in (shard_of, begin, length, pos)), strict=True):
+                fd = fds.get(k)
+                if fd is None:
+                    fd = fds[k] = os.open(self.root / names[k], os.O_RDONLY)
+                chunk = os.pread(fd, n, b)
+                if len(chunk) != n:
+                    raise CheckpointError(names[k], f"truncated: a scale at byte {b} lies past the end")
+                out[p : p + n] = chunk
+        except OSError as err:
+            raise CheckpointError(names[k], f"cannot read: {err.strerror or err}") from err
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        self.bytes_read[0] += PAGE * _pages(shard_of, begin, length)
+        return np.frombuffer(out, dtype=np.uint8), pos
 
     def read_bytes(self, name: str) -> bytes:
         return self.read_bytes_range(name, self.tensors[name].nbytes)
@@ -112,3 +113,15 @@ class Checkpoint:
             raise CheckpointError(f"{t.file} [{name}]", f"truncated: {len(raw)} of {length} bytes")
         self.bytes_read[0] += len(raw)
         return raw
+
+
+def _pages(shard_of: np.ndarray, begin: np.ndarray, length: np.ndarray) -> int:
+    """Distinct 4 KiB pages the ranges touch, over all shards."""
+    import numpy as np
+
+    live = length > 0
+    shard_of, first = shard_of[live], begin[live] // PAGE
+    span = (begin[live] + length[live] - 1) // PAGE - first + 1
+    within = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
+    page = np.repeat(first, span) + within
+    return len(np.unique(np.repeat(shard_of, span) * (1 << 44) + page))
