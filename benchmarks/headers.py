@@ -79,3 +79,7 @@ def main() -> None:
         fastest = min(times[k] for k in peers)
         print(f"  {clock} specguard / floor = {ours / base:.2f} (goal <= 1.5); "
               f"specguard / fastest peer = {ours / fastest:.2f} (goal <= 1)")
+
+
+if __name__ == "__main__":
+    main()
