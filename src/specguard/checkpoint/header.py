@@ -189,11 +189,10 @@ def _valid(dtypes: list[str], shapes: list[tuple[int, ...]], offsets: list[tuple
         return False
     begins, ends = zip(*offsets, strict=True) if offsets else ((), ())
     bits = list(map(mul, map(math.prod, shapes), map(BITS.__getitem__, dtypes)))
-    if any(map(operator.and_, bits, repeat(7))):
+    # 8 x span == bits: whole bytes, and exactly the bytes dtype x shape needs (spans >= 0)
+    if list(map(mul, map(operator.sub, ends, begins), repeat(8))) != bits:
         return False
-    spans = list(map(operator.sub, ends, begins))
-    if list(map(operator.rshift, bits, repeat(3))) != spans or min(begins, default=0) < 0:
-        return False
+    # Spans tiling [0, buffer) from 0 also proves every begin >= 0.
     if begins and (begins[0] != 0 or begins[1:] != ends[:-1]):  # not in offset order: sort first
         order = sorted(offsets)
         starts, stops = [b for b, _ in order], [e for _, e in order]
