@@ -23,37 +23,12 @@ from functools import partial
 import numpy as np
 
 from specguard import codecs
-from specguard.formats.scheme import (
-    COMPRESSED_TENSORS,
-    DEEPSEEK,
-    FP8_BLOCK,
-    FP8_CHANNEL,
-    FP8_TENSOR,
-    GPT_OSS,
-    GPTQ,
-    INT4_GROUP,
-    MODELOPT,
-    MXFP4,
-    MXFP8,
-    NVFP4,
-)
+from specguard.codecs.cases import CASES as SHARED
+from specguard.codecs.cases import decode_options as dequant_opts
 
-# (label, format, convention, quantize options, experts): experts > 1 stacks the weight.
-CASES = [
-    ("nvfp4 modelopt", NVFP4, MODELOPT, {}, 1),
-    ("nvfp4 compressed-tensors", NVFP4, COMPRESSED_TENSORS, {}, 1),
-    ("mxfp4 deepseek (I8 + E8M0)", MXFP4, DEEPSEEK, {}, 1),
-    ("mxfp4 gpt-oss blocks (8 experts)", MXFP4, GPT_OSS, {}, 8),
-    ("mxfp8 compressed-tensors", MXFP8, COMPRESSED_TENSORS, {}, 1),
-    ("fp8_block deepseek-v3 (F32 scale_inv)", FP8_BLOCK, DEEPSEEK, {}, 1),
-    ("fp8_block deepseek-v4 (E8M0 .scale)", FP8_BLOCK, DEEPSEEK,
-     {"scale_name": "scale", "scale_dtype": "F8_E8M0"}, 1),
-    ("fp8_tensor modelopt", FP8_TENSOR, MODELOPT, {}, 1),
-    ("fp8_channel compressed-tensors", FP8_CHANNEL, COMPRESSED_TENSORS, {}, 1),
-    ("int4_group compressed-tensors g128", INT4_GROUP, COMPRESSED_TENSORS, {}, 1),
-    ("int4_group gptq g128", INT4_GROUP, GPTQ, {}, 1),
-]
-DEQUANT_KEYS = ("group_size", "block", "scale_name", "gptq_v2")
+# (label, format, convention, quantize options, experts): the benchmarked rows of the
+# table the codec tests use (specguard/codecs/cases.py); experts > 1 stacks the weight.
+CASES = [(c.label, c.format, c.convention, dict(c.options), c.experts) for c in SHARED if c.experts]
 
 
 def weights(shape: tuple[int, ...]) -> np.ndarray:
@@ -62,10 +37,6 @@ def weights(shape: tuple[int, ...]) -> np.ndarray:
 
 def shape_of(experts: int, rows: int, cols: int) -> tuple[int, ...]:
     return (experts, rows // experts, cols) if experts > 1 else (rows, cols)
-
-
-def dequant_opts(opts: dict) -> dict:
-    return {k: v for k, v in opts.items() if k in DEQUANT_KEYS}
 
 
 def once(fn) -> float:

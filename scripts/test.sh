@@ -17,5 +17,7 @@ step "installing specguard and the test requirements"
 $PIP install -q -e '.[test]' -r requirements/test.txt
 step "ruff"
 .venv/bin/ruff check src tests benchmarks
+step "mypy"
+.venv/bin/mypy src
 step "pytest"
 exec .venv/bin/python -m pytest -q "$@"

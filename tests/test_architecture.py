@@ -15,8 +15,8 @@ SRC = ROOT / "src" / "specguard"
 # Each stage may import only stages of a lower level (docs/architecture.md).
 # Same level, different stage: no import either way.
 LEVELS = {
-    "errors": 0, "_version": 0,
-    "checkpoint": 1, "usage": 1,
+    "errors": 0, "_version": 0, "vocabulary": 0,
+    "checkpoint": 1, "usage": 1, "terminal": 1,
     "formats": 2,
     "codecs": 3, "layouts": 3, "guard": 3,
     "declared": 4, "factory": 4,

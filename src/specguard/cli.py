@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specguard._version import __version__
-from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS
 from specguard.errors import SpecguardError, UsageError
+from specguard.layouts.roles import DraftKind
+from specguard.lint.finding import Severity
 from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail
 
 PROG = "specguard"
@@ -55,6 +57,12 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     return run_rule(args)
 
 
+def _cmd_fix(args: argparse.Namespace) -> int:
+    from specguard.commands.fix import run_fix
+
+    return run_fix(args)
+
+
 def _demo(argv: list[str]) -> int:
     try:
         from specguard.engine.demo import main as demo_main
@@ -90,10 +98,10 @@ def _command(sub: Any, name: str, help: str, exits: str, description: str | None
 
 def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
     p.add_argument("--draft", metavar="SRC2", help=draft_help)
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"],
+    p.add_argument("--draft-method", choices=list(DraftKind),
                    help="how the draft is served (default: from config.json: DSpark where it names "
                         "dspark_target_layer_ids, else MTP; eagle needs --draft)")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu"], default="cuda",
+    p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
 
 
@@ -132,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text (one finding per line in a pipe), JSON, or SARIF 2.1.0 (default: text)")
     p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401; default: all)")
     p.add_argument("--ignore", help="comma-separated rule codes or prefixes to skip")
-    p.add_argument("--fail-on", choices=["info", "warning", "error", "never"], default="warning",
+    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
                    help="exit 1 when a finding is at least this severe (default: warning)")
     p.set_defaults(func=_cmd_lint)
 
@@ -140,6 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?", help="a rule code, e.g. SG201 (`specguard rule --all` lists them)")
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
+
+    p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "")
+    _source_args(p)
+    p.add_argument("--out", metavar="DIR", help="new or empty directory for the repaired checkpoint")
+    p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, repaired with the target")
+    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
+    p.add_argument("--platform", choices=["cuda", "rocm", "cpu", "all"], default="all",
+                   help="vLLM platform classes the repair must route right on (default: all)")
+    p.add_argument("--diff", action="store_true", help="print the config change (and a --hf-overrides JSON)")
+    p.set_defaults(func=_cmd_fix)
 
     sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch; "
                                 "`specguard demo --help`)")

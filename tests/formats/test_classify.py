@@ -123,4 +123,4 @@ def test_kv_scales_and_standalone_tensors(tmp_path):
     table = classify(open_checkpoint(tmp_path))
     assert table["model.layers.0.self_attn"].scheme.format == s.FP8_KV
     assert table["layers.0.attn.attn_sink"].scheme.format == s.FP32
-    assert table["layers.0.ffn.gate.tid2eid"].scheme.format == s.PLAIN_OTHER
+    assert table["layers.0.ffn.gate.tid2eid"].scheme.format == s.PLAIN_TENSOR

@@ -109,9 +109,9 @@ def test_runtime_prefixes_answer_the_same_role_as_checkpoint_names():
     layout = layout_for(V4)
     assert layout.role("model.layers.43.ffn.experts") == layout.role("mtp.0.ffn.experts.3.w1")
     assert layout.role("model.layers.43.ffn.experts.12").is_draft
-    assert layout.role("model.layers.42.ffn.experts").kind == r.MAIN
-    assert layout.role("lm_head").kind == r.HEAD
-    assert layout.role("model.embed_tokens").kind == r.EMBEDDING
+    assert layout.role("model.layers.42.ffn.experts").name == r.MAIN
+    assert layout.role("lm_head").name == r.HEAD
+    assert layout.role("model.embed_tokens").name == r.EMBEDDING
 
 
 def test_checkpoint_names_behind_a_fused_and_an_expert_prefix():
@@ -137,7 +137,7 @@ def test_deepseek_v41_target_lives_under_language_model_and_drafts_with_dspark()
     assert layout.draft_kind == r.DSPARK and layout.num_draft_layers == 3 and not layout.context_wkv
     assert layout.runtime_prefix("layers.7.ffn.experts.3.w1.weight") == "language_model.model.layers.7.ffn.experts"
     assert layout.runtime_prefix("head.weight") == "language_model.lm_head"
-    assert layout.role("language_model.lm_head").kind == r.HEAD
+    assert layout.role("language_model.lm_head").name == r.HEAD
     assert layout.role("language_model.model.layers.7.ffn.experts") == r.Role(r.MAIN, layer=7)
     # the DSpark draft is a model of its own, rooted at ``model``
     assert layout.runtime_prefix("mtp.1.ffn.experts.3.w1.weight") == "model.layers.44.ffn.experts"

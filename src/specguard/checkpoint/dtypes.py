@@ -22,7 +22,6 @@ BITS: dict[str, int] = {
 
 FLOAT8 = frozenset({"F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 FLOAT_HIGH = frozenset({"F16", "BF16", "F32", "F64"})
-INTEGER = frozenset({"U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"})
 
 
 def nbytes(dtype: str, numel: int) -> int | None:

@@ -127,10 +127,20 @@ def _check_inside(root: Path, real_root: Path, shard: str) -> None:
     if escapes(shard):
         raise CheckpointError(where, "shard path escapes the checkpoint directory")
     real = (root / shard).resolve()
-    if not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real):
+    if not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real) \
+            and not _is_overlay_link(root / shard):
         raise CheckpointError(where, "shard is a symlink that escapes the checkpoint directory")
     if not real.is_file():
         raise CheckpointError(where, "shard named by the index does not exist")
+
+
+def _is_overlay_link(link: Path) -> bool:
+    """`specguard fix` on another filesystem symlinks each shard to the same-named shard
+    of the checkpoint it repairs (a directory with its own config.json): allowed."""
+    if not link.is_symlink():
+        return False
+    first = link.parent / os.readlink(link)
+    return first.name == link.name and first.suffix == ".safetensors" and (first.parent / "config.json").is_file()
 
 
 def _is_hf_blob(root: Path, real: Path) -> bool:

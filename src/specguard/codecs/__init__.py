@@ -30,10 +30,12 @@ int4_group    |x - x'| <= 0.53 s, s = amax/7.5 (y = 7.5 clips to 7; BF16 scale
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from specguard.codecs import _core
+from specguard.codecs._core import Options
 from specguard.codecs._ops import NUMPY_OPS
 from specguard.codecs.elements import (
     E2M1_MAX,
@@ -54,7 +56,7 @@ from specguard.codecs.layouts import LAYOUTS, PackLayout, conventions, layout
 
 __all__ = [
     "E2M1_MAX", "E2M1_VALUES", "E4M3_MAX", "E8M0_BIAS", "E8M0_NAN", "LAYOUTS", "MX_RULES",
-    "PackLayout", "cast_e4m3", "conventions", "dequantize", "e2m1_codes", "e4m3_to_float",
+    "Options", "PackLayout", "cast_e4m3", "conventions", "dequantize", "e2m1_codes", "e4m3_to_float",
     "e8m0_to_float", "float_to_e8m0", "fp4_to_float", "layout", "pack_fp4", "quantize",
     "unpack_fp4",
 ]
@@ -62,61 +64,25 @@ __all__ = [
 MX_RULES = _core.MX_RULES
 
 
-def quantize(
-    fmt: str,
-    w: np.ndarray,
-    *,
-    convention: str,
-    group_size: int | None = None,
-    block: tuple[int, int] | None = None,
-    scale_dtype: str | None = None,
-    scale_name: str | None = None,
-    weight_dtype: str | None = None,
-    scale_rule: str | None = None,
-    input_amax: float | None = None,
-    gptq_v2: bool = False,
-) -> dict[str, np.ndarray]:
+def quantize(fmt: str, w: np.ndarray, *, convention: str, **options: Any) -> dict[str, np.ndarray]:
     """Quantize a float weight ``[..., out, in]`` the way ``convention`` stores ``fmt``.
 
     fmt / convention: scheme constants (``specguard.formats.scheme``); see
-        ``LAYOUTS`` for the pairs. Options (each defaults to the layout's choice):
-    group_size: int4 group along the input dim (default 128).
-    block: fp8_block block (default (128, 128)).
-    scale_dtype: on-disk dtype of the block scale: F32/BF16/F16, or F8_E8M0/U8
-        for power-of-two scales (DeepSeek-V4 ``scale_fmt: ue8m0``).
-    scale_name: suffix of the block scale, e.g. "scale" for DeepSeek-V4 native
-        (default "weight_scale_inv" for DeepSeek FP8 block).
-    weight_dtype: U8 or I8 for packed FP4.
-    scale_rule: MX shared-exponent rule, one of ``MX_RULES``.
-    input_amax: activation amax; when given, the layout's input scale is written.
-    gptq_v2: GPTQ zero points stored exact (v2) instead of minus one (v1).
+    ``LAYOUTS`` for the pairs. ``options``: the fields of ``Options`` (group_size,
+    block, scale_dtype, scale_name, weight_dtype, scale_rule, input_amax, gptq_v2).
     """
-    opt = _core.Options(block=block, group_size=group_size, scale_dtype=scale_dtype,
-                        scale_name=scale_name, weight_dtype=weight_dtype,
-                        scale_rule=scale_rule, input_amax=input_amax, gptq_v2=gptq_v2)
-    return _core.quantize(NUMPY_OPS, layout(fmt, convention), np.asarray(w), opt)
+    return _core.quantize(NUMPY_OPS, layout(fmt, convention), np.asarray(w), Options(**options))
 
 
-def dequantize(
-    fmt: str,
-    tensors: Mapping[str, np.ndarray],
-    *,
-    convention: str,
-    group_size: int | None = None,
-    block: tuple[int, int] | None = None,
-    scale_name: str | None = None,
-    gptq_v2: bool = False,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
+def dequantize(fmt: str, tensors: Mapping[str, np.ndarray], *, convention: str, out: np.ndarray | None = None,
+               **options: Any) -> np.ndarray:
     """Decode ``{suffix: array}`` (as ``quantize`` returns or a file holds) to float32.
 
     The scale's meaning follows its dtype: F8_E8M0 (or U8 where the layout
     holds E8M0) is a power of two, F8_E4M3 an E4M3 value, floats as is.
     ``out``: optional float32 C-contiguous array of the weight's shape to fill
     (bulk loaders reuse one buffer). ValueError names a missing tensor or a
-    shape that does not fit.
+    shape that does not fit. ``options``: the fields of ``Options`` that decoding reads.
     """
-    opt = _core.Options(block=block, group_size=group_size, scale_name=scale_name,
-                        gptq_v2=gptq_v2)
     arrays = {k: np.asarray(v) for k, v in tensors.items()}
-    return _core.dequantize(NUMPY_OPS, layout(fmt, convention), arrays, opt, out)
+    return _core.dequantize(NUMPY_OPS, layout(fmt, convention), arrays, Options(**options), out)

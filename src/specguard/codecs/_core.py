@@ -48,16 +48,25 @@ _EPS = {"F32": float(np.finfo(np.float32).eps), "F16": float(np.finfo(np.float16
 
 @dataclass(frozen=True)
 class Options:
-    """Choices a producer makes within a layout (see ``codecs.quantize``)."""
+    """Choices a producer makes within a layout: the keyword options of every
+    ``quantize`` / ``dequantize`` (numpy and torch); each defaults to the layout's choice.
+    Decoding reads ``block``, ``group_size``, ``scale_name`` and ``gptq_v2``."""
 
-    block: tuple[int, int] | None = None
-    group_size: int | None = None
+    block: tuple[int, int] | None = None  # fp8_block block (default (128, 128))
+    group_size: int | None = None  # int4 group along the input dim (default 128)
+    # on-disk dtype of the block scale: F32/BF16/F16, or F8_E8M0/U8 for power-of-two
+    # scales (DeepSeek-V4 ``scale_fmt: ue8m0``)
     scale_dtype: str | None = None
+    # suffix of the block scale, e.g. "scale" for DeepSeek-V4 native
+    # (default "weight_scale_inv" for DeepSeek FP8 block)
     scale_name: str | None = None
-    weight_dtype: str | None = None
-    scale_rule: str | None = None
-    input_amax: float | None = None
-    gptq_v2: bool = False
+    weight_dtype: str | None = None  # U8 or I8 for packed FP4
+    scale_rule: str | None = None  # MX shared-exponent rule, one of ``MX_RULES``
+    input_amax: float | None = None  # activation amax; when given, the layout's input scale is written
+    gptq_v2: bool = False  # GPTQ zero points stored exact (v2) instead of minus one (v1)
+
+
+DECODE_OPTIONS = ("group_size", "block", "scale_name", "gptq_v2")  # the Options fields decoding reads
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -20,8 +20,10 @@ import numpy as np
 
 from specguard.codecs._tables import E4M3_PAIR64, FP4_PAIR_TABLE, INT4_PAIR_TABLE
 
-# A kernel fills ``out`` rows [n, cols] from stored rows and their scale rows.
-Kernel = Callable[[np.ndarray, np.ndarray | None, np.ndarray], None]
+# A kernel fills ``out`` rows [n, cols] from stored rows and their scale rows;
+# a table kernel has its one scale folded into its table and takes None.
+Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+TableKernel = Callable[[np.ndarray, None, np.ndarray], None]
 
 
 @cache
@@ -90,13 +92,13 @@ def e4m3_byte_scaled(scale_table: np.ndarray, block: int, rows: int, cols: int) 
     return kernel
 
 
-def e4m3_tensor_scaled(scale: np.ndarray) -> Kernel:
+def e4m3_tensor_scaled(scale: np.ndarray) -> TableKernel:
     """E4M3 elements under one float32 scale (FP8 per tensor): the 65536 pairs
     times the scale once, then one gather per two bytes and no multiply pass."""
     with np.errstate(over="ignore", invalid="ignore"):
         table = (E4M3_PAIR64.view(np.float32) * scale.astype(np.float32)).view(np.int64)
 
-    def kernel(stored: np.ndarray, _scales: np.ndarray | None, out: np.ndarray) -> None:
+    def kernel(stored: np.ndarray, _scales: None, out: np.ndarray) -> None:
         np.take(table, stored.view(np.uint16), out=out.view(np.int64), mode="wrap")
 
     return kernel

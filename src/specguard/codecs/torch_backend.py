@@ -37,25 +37,9 @@ def _device(tensors: Any) -> str:
     return str(first.device)
 
 
-def quantize(
-    fmt: str,
-    w: torch.Tensor,
-    *,
-    convention: str,
-    group_size: int | None = None,
-    block: tuple[int, int] | None = None,
-    scale_dtype: str | None = None,
-    scale_name: str | None = None,
-    weight_dtype: str | None = None,
-    scale_rule: str | None = None,
-    input_amax: float | None = None,
-    gptq_v2: bool = False,
-) -> dict[str, torch.Tensor]:
+def quantize(fmt: str, w: torch.Tensor, *, convention: str, **options: Any) -> dict[str, torch.Tensor]:
     """Same as :func:`specguard.codecs.quantize`, on torch tensors (any device)."""
-    opt = _core.Options(block=block, group_size=group_size, scale_dtype=scale_dtype,
-                        scale_name=scale_name, weight_dtype=weight_dtype,
-                        scale_rule=scale_rule, input_amax=input_amax, gptq_v2=gptq_v2)
-    return _core.quantize(_ops(_device(w)), layout(fmt, convention), w, opt)
+    return _core.quantize(_ops(_device(w)), layout(fmt, convention), w, _core.Options(**options))
 
 
 def dequantize(
@@ -63,12 +47,9 @@ def dequantize(
     tensors: Mapping[str, torch.Tensor],
     *,
     convention: str,
-    group_size: int | None = None,
-    block: tuple[int, int] | None = None,
-    scale_name: str | None = None,
-    gptq_v2: bool = False,
     dtype: torch.dtype | None = None,
     compile: bool = False,
+    **options: Any,
 ) -> torch.Tensor:
     """Same as :func:`specguard.codecs.dequantize`; float32 unless ``dtype`` is given
     (the float32 result rounded once, e.g. to bfloat16)."""
@@ -76,8 +57,7 @@ def dequantize(
     device = _device(tensors)
     xp = _ops(device)
     lay = layout(fmt, convention)
-    opt = _core.Options(block=block, group_size=group_size, scale_name=scale_name,
-                        gptq_v2=gptq_v2)
+    opt = _core.Options(**options)
     if compile and lay.packing == "int4-gptq":
         names = (lay.weight, opt.scale_name or lay.scale[0], "qzeros", "g_idx")
         shapes = tuple(tuple(tensors[n].shape) if n in tensors else None for n in names)

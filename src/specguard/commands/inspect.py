@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Mapping
+from typing import cast
 
 from rich.console import Console
 from rich.table import Table
@@ -14,7 +15,7 @@ from specguard.commands.output import human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
-from specguard.layouts.roles import role_label
+from specguard.layouts.roles import RoleName, role_label
 from specguard.layouts.runs import group_runs
 from specguard.terminal import console, escape, print_table
 
@@ -52,7 +53,7 @@ def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
         sc = m.scheme
         out.append({
             "module": m.name,
-            "role": roles[m.name].kind,
+            "role": roles[m.name].name,
             "draft_kind": roles[m.name].draft_kind,
             "format": sc.format,
             "convention": sc.convention,
@@ -95,9 +96,9 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> N
     t.add_column("count", justify="right")
     t.add_column("size", justify="right")
     for run in runs:
-        label, role, missing = run.key  # type: ignore[misc]
+        label, role, missing = cast(tuple[str, str, tuple[str, ...]], run.key)
         label = escape(label)
-        mods: list[Module] = run.items  # type: ignore[assignment]
+        mods = cast(list[Module], run.items)
         if missing:
             label += f" [red]missing {escape(','.join(missing))}[/]"
         reason = mods[0].scheme.reason
@@ -130,6 +131,6 @@ def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
 
 
 def _role_order(label: str) -> tuple[int, str]:
-    order = ("main", "draft", "embedding", "head")
+    order = tuple(RoleName)
     first = label.split(" ")[0]
     return (order.index(first) if first in order else len(order), label)

@@ -16,7 +16,7 @@ def write_json(checkpoint: str, records: list[dict]) -> None:
     sys.stdout.write("\n]}\n")
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1024 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

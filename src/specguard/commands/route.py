@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import cast
 
 from rich.console import Console
 from rich.table import Table
@@ -11,9 +12,10 @@ from specguard.commands.output import write_json
 from specguard.commands.sources import open_path
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.errors import UsageError
+from specguard.formats.scheme import Scheme
 from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
-from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route
+from specguard.resolve import MISROUTED, MISSING, OK, UNMATCHED, Resolver, Route, Verdict
 from specguard.terminal import console, escape, print_table
 
 _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow"}
@@ -48,7 +50,7 @@ def route_record(r: Resolver, rt: Route) -> dict:
     return {
         "checkpoint": r.checkpoint.name,
         "runtime_prefix": rt.prefix,
-        "role": rt.role.kind,
+        "role": rt.role.name,
         "draft_kind": rt.role.draft_kind,
         "layer": rt.role.layer,
         "kind": rt.kind,
@@ -56,7 +58,7 @@ def route_record(r: Resolver, rt: Route) -> dict:
         "declared": _scheme_dict(rt.declared.scheme) if rt.declared else None,
         "declared_by": rt.declared.source if rt.declared else None,
         "build": _scheme_dict(rt.build),
-        "vllm_builds": {"method": rt.vllm.method, **_scheme_dict(rt.vllm.scheme), "rule": rt.vllm.reason}
+        "vllm_builds": {"method": rt.vllm.method, **_scheme_fields(rt.vllm.scheme), "rule": rt.vllm.reason}
         if rt.vllm else None,
         "verdict": rt.verdict,
         "reason": rt.reason,
@@ -66,14 +68,16 @@ def route_record(r: Resolver, rt: Route) -> dict:
     }
 
 
-def _scheme_dict(sc) -> dict | None:
-    if sc is None:
-        return None
+def _scheme_dict(sc: Scheme | None) -> dict | None:
+    return None if sc is None else _scheme_fields(sc)
+
+
+def _scheme_fields(sc: Scheme) -> dict:
     return {"format": sc.format, "convention": sc.convention, "group_size": sc.group_size,
             "block": list(sc.block) if sc.block else None, "scale_dtype": sc.scale_dtype}
 
 
-def _short(sc) -> str:
+def _short(sc: Scheme | None) -> str:
     return sc.short() if sc is not None else "—"
 
 
@@ -88,7 +92,7 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
     for col in ("runtime prefix", "role", "stored as", "declared as", f"{ENGINE} builds", "verdict"):
         t.add_column(col)
     for run in group_runs((rt.prefix, key(rt), rt) for rt in shown):
-        role, stored, declared, vllm, verdict = run.key  # type: ignore[misc]
+        role, stored, declared, vllm, verdict = cast(tuple[str, str, str, str, Verdict], run.key)
         t.add_row(*(escape(c) for c in (run.label(), role, stored, declared, vllm)),
                   f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
     print_table(out, t)

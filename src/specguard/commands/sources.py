@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -19,7 +19,7 @@ SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
 
 @contextmanager
-def _progress_bar(label: str) -> Iterator[callable]:
+def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     """A transient bar on stderr, drawn only on a terminal (never into pipes or logs)."""
     console = Console(stderr=True)
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specguard.declared.model import (
     FNMATCHCASE,
     NATIVE,
+    UNQUANTIZED,
     VLLM_EXACT,
     Declared,
     DeclaredScheme,
@@ -68,7 +69,7 @@ class Fp8Declared(Declared):
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain("Fp8Config quantizes linear layers and routed experts only")
-        hit = self._first(name, None, ("unquantized",))
+        hit = self._first(name, None, (UNQUANTIZED,))
         if hit is not None:
             return self._plain("", hit)
         key = "quantization_config"
@@ -137,7 +138,7 @@ def parse_fp8(qc: dict, config: dict, *, deepseek_v4: bool, origin: str) -> Fp8D
         patterns=tuple(patterns),
         notes=tuple(notes),
         deepseek_v4=deepseek_v4,
-        weight_block_size=tuple(block) if block else None,  # type: ignore[arg-type]
+        weight_block_size=tuple(block) if block else None,
         scale_fmt=scale_fmt,
         expert_dtype=expert_dtype,
         moe_quant_algo=str(qc.get("moe_quant_algo") or "").upper(),

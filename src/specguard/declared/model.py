@@ -11,25 +11,38 @@ from specguard.declared import patterns as p
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
+from specguard.vocabulary import Vocabulary
 
-# Pattern semantics (stable names; lint prints them).
-VLLM_EXACT = "vllm-exact"  # is_layer_skipped(match_mode="exact")
-VLLM_SUBSTRING = "vllm-substring"
-VLLM_SUFFIX = "vllm-suffix"
-MODELOPT = "modelopt-exclude"  # exact + legacy substring + fnmatch, after the x* rewrite
-FNMATCHCASE = "fnmatchcase"  # DeepSeek-V4.1 quant config's ModelOpt-style ``ignore``
-COMPRESSED_TENSORS = "compressed-tensors"  # exact, or re: + re.match; class names
-TRANSFORMERS = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
-GPTQ_DYNAMIC = "gptq-dynamic"  # -:/+: + re.match
-GPTQ_IN_BLOCK = "gptq-in-block"  # substring
-SEMANTICS = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, MODELOPT, FNMATCHCASE, COMPRESSED_TENSORS,
-             TRANSFORMERS, GPTQ_DYNAMIC, GPTQ_IN_BLOCK)
 
-# What a match claims about the module.
-UNQUANTIZED = "unquantized"  # left in the original float dtype
-NATIVE = "native"  # left in the checkpoint's native format (V4 ``ignore``: MXFP4 experts)
-TARGET = "target"  # selects the scheme of a config group
-QUANTIZED = "quantized"  # selects a per-layer algo (quantized_layers, gptq +:)
+class Semantics(Vocabulary):
+    """How a stack matches its ignore / exclude / target entries (stable names; lint prints them)."""
+
+    VLLM_EXACT = "vllm-exact"  # is_layer_skipped(match_mode="exact")
+    VLLM_SUBSTRING = "vllm-substring"
+    VLLM_SUFFIX = "vllm-suffix"
+    MODELOPT = "modelopt-exclude"  # exact + legacy substring + fnmatch, after the x* rewrite
+    FNMATCHCASE = "fnmatchcase"  # DeepSeek-V4.1 quant config's ModelOpt-style ``ignore``
+    COMPRESSED_TENSORS = "compressed-tensors"  # exact, or re: + re.match; class names
+    TRANSFORMERS = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
+    GPTQ_DYNAMIC = "gptq-dynamic"  # -:/+: + re.match
+    GPTQ_IN_BLOCK = "gptq-in-block"  # substring
+
+
+class Effect(Vocabulary):
+    """What a match claims about the module."""
+
+    UNQUANTIZED = "unquantized"  # left in the original float dtype
+    NATIVE = "native"  # left in the checkpoint's native format (V4 ``ignore``: MXFP4 experts)
+    TARGET = "target"  # selects the scheme of a config group
+    QUANTIZED = "quantized"  # selects a per-layer algo (quantized_layers, gptq +:)
+
+
+# The members under the short names the parsers use.
+VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX = Semantics.VLLM_EXACT, Semantics.VLLM_SUBSTRING, Semantics.VLLM_SUFFIX
+MODELOPT, FNMATCHCASE, COMPRESSED_TENSORS = Semantics.MODELOPT, Semantics.FNMATCHCASE, Semantics.COMPRESSED_TENSORS
+TRANSFORMERS, GPTQ_DYNAMIC, GPTQ_IN_BLOCK = Semantics.TRANSFORMERS, Semantics.GPTQ_DYNAMIC, Semantics.GPTQ_IN_BLOCK
+SEMANTICS = tuple(Semantics)
+UNQUANTIZED, NATIVE, TARGET, QUANTIZED = Effect.UNQUANTIZED, Effect.NATIVE, Effect.TARGET, Effect.QUANTIZED
 
 # compressed-tensors class targets, by module kind (the producer's torch classes:
 # experts and lm_head are nn.Linear in the HF model that llm-compressor walks).
@@ -52,9 +65,9 @@ class Pattern:
     """
 
     text: str
-    semantics: str
+    semantics: Semantics
     key: str
-    effect: str = UNQUANTIZED
+    effect: Effect = UNQUANTIZED
     group: str | None = None
 
     def matches(self, name: str) -> bool:
@@ -161,7 +174,7 @@ class DeclaredScheme:
         return self.scheme.quantized
 
 
-KINDS = (r.ROUTED_EXPERTS, r.LINEAR, r.EMBEDDING_KIND, r.HEAD_KIND, r.NORM, r.OTHER)
+KINDS = tuple(r.ModuleKind)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +216,7 @@ class Declared:
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         return DeclaredScheme(self.unquantized, f"{self.origin}: no quantization")
 
-    def _first(self, name: str, kind: str | None, effects: tuple[str, ...]) -> Pattern | None:
+    def _first(self, name: str, kind: str | None, effects: tuple[Effect, ...]) -> Pattern | None:
         return next((x for x in self.patterns if x.effect in effects and x.applies(name, kind)), None)
 
     def _plain(self, why: str, pattern: Pattern | None = None) -> DeclaredScheme:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specguard.declared.model import MODELOPT, QUANTIZED, Declared, DeclaredScheme, Pattern
+from specguard.declared.model import MODELOPT, QUANTIZED, UNQUANTIZED, VLLM_EXACT, Declared, DeclaredScheme, Pattern
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
@@ -48,7 +48,7 @@ class ModelOptDeclared(Declared):
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         if kind == r.EMBEDDING_KIND:
             return self._plain("ModelOpt does not quantize embeddings")
-        hit = self._first(name, None, ("unquantized",))
+        hit = self._first(name, None, (UNQUANTIZED,))
         if hit is not None:
             return self._plain("", hit)
         if self.quant_algo != "MIXED_PRECISION":
@@ -103,7 +103,7 @@ def parse_modelopt(cfg: dict, *, origin: str) -> ModelOptDeclared:
         notes.append("ModelOpt config without quant_algo (vLLM raises)")
     quantized_layers = q.get("quantized_layers") or {}
     patterns = [Pattern(t, MODELOPT, f"{key}.{ex_key}[{i}]") for i, t in enumerate(excludes) if isinstance(t, str)]
-    patterns += [Pattern(k, "vllm-exact", f"{key}.quantized_layers", QUANTIZED) for k in quantized_layers]
+    patterns += [Pattern(k, VLLM_EXACT, f"{key}.quantized_layers", QUANTIZED) for k in quantized_layers]
     if algo == "MIXED_PRECISION" and not quantized_layers:
         notes.append("MIXED_PRECISION without quantized_layers (vLLM raises)")
     group = q.get("group_size")

@@ -16,7 +16,7 @@ from specguard.declared.model import (
     Pattern,
 )
 from specguard.formats import scheme as s
-from specguard.formats.scheme import Scheme
+from specguard.formats.scheme import Convention, Scheme
 from specguard.layouts import roles as r
 
 
@@ -51,9 +51,9 @@ class IntGroupDeclared(Declared):
     def _scheme(self, bits: int, group: int | None) -> Scheme:
         fmt = {4: s.INT4_GROUP, 8: s.INT8_GROUP}.get(bits)
         if fmt is None:
-            return Scheme(s.UNKNOWN, self.stack, reason=f"{bits}-bit {self.stack} has no format name")
+            return Scheme(s.UNKNOWN, Convention(self.stack), reason=f"{bits}-bit {self.stack} has no format name")
         group = None if group in (None, -1) else group
-        return Scheme(fmt, self.stack, group_size=group, weight_dtype="I32",
+        return Scheme(fmt, Convention(self.stack), group_size=group, weight_dtype="I32",
                       pack_axis=0 if self.stack == s.GPTQ else 1)
 
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:

@@ -139,7 +139,3 @@ def gptq_dynamic_rule(name: str, pattern: str) -> bool:
     """A GPTQModel ``dynamic`` key matches (``-:`` negative, ``+:``/bare positive)."""
     return regex_match(pattern.removeprefix("-:").removeprefix("+:"), name)
 
-
-def gptq_in_block(prefix: str, quantized_layers: Sequence[str]) -> bool:
-    """vLLM ``is_layer_gptq_quantized`` without fusion: substring, empty list = all."""
-    return not quantized_layers or any(layer in prefix for layer in quantized_layers)

@@ -122,6 +122,17 @@ def run_case(scenario: str, policy: str, infos: dict[str, ScenarioInfo], prompts
                         routes=loaded.expert_routes)
 
 
+FIXED = "fixed, global"  # specguard fix's repaired checkpoint under the stock engine's routing
+
+
+def run_fixed(scenario: str, fixed: dict[str, ScenarioInfo], prompts: list[list[int]], new_tokens: int,
+              k: int, device: str, tick: Callable[[], None] = lambda: None, guard: bool = True) -> PolicyResult:
+    """The repaired ``scenario`` (repair/demo.py) under the ``global`` policy, as its own row."""
+    result = run_case(scenario, "global", fixed, prompts, new_tokens, k, device, tick, guard)
+    result.policy = FIXED
+    return result
+
+
 # ----------------------------------------------------------------------------- output
 
 def _pct(x: float) -> str:
@@ -205,6 +216,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (1 is fastest for this small model)")
     p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-position acceptance")
+    p.add_argument("--fixed", action="store_true",
+                   help="add a row: the checkpoint repaired by `specguard fix`, under the stock (global) policy")
     p.add_argument("--no-guard", action="store_true",
                    help="load without LoadGuard: never-written parameters keep torch.empty memory, "
                         "so the global policy's results depend on the allocator (seed 001)")
@@ -263,15 +276,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[PolicyResult] = []
     with _threads(args.threads), tempfile.TemporaryDirectory(prefix="specguard-demo-") as tmp:
         infos = export_all(Path(tmp), scenarios)
+        if args.fixed:
+            from specguard.repair.demo import fixed_infos
+
+            fixed = fixed_infos(infos, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("decoding", total=len(scenarios) * len(POLICIES) * len(prompts))
+            rows = len(POLICIES) + bool(args.fixed)
+            task = progress.add_task("decoding", total=len(scenarios) * rows * len(prompts))
             for scenario in scenarios:
                 for policy in POLICIES:
                     progress.update(task, description=f"{scenario} {policy:8s}")
                     results.append(run_case(scenario, policy, infos, prompts, args.new_tokens, args.k,
                                             args.device, lambda: progress.advance(task),
                                             guard=not args.no_guard))
+                if args.fixed:
+                    results.append(run_fixed(scenario, fixed, prompts, args.new_tokens, args.k, args.device,
+                                             lambda: progress.advance(task), guard=not args.no_guard))
     console.print(f"Greedy decoding of {len(prompts)} held-out prompts x {args.new_tokens} tokens, "
                   f"k = {args.k} draft tokens, device {args.device}. accept = accepted / draft tokens; "
                   "per pos = accepted at position i / drafts; mean len = 1 + accepted / drafts; "

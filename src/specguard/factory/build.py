@@ -23,7 +23,7 @@ from specguard.checkpoint.dtypes import FROM_NUMPY
 from specguard.checkpoint.writer import save_file, save_index
 from specguard.factory.models import EMBED, LM_HEAD, NORM, ModuleSpec
 from specguard.formats.modules import split_name
-from specguard.formats.scheme import BF16, FP8_BLOCK, FP32, NVFP4, PLAIN, UNQUANTIZED, Scheme
+from specguard.formats.scheme import BF16, FP8_BLOCK, FP32, NVFP4, PLAIN, UNQUANTIZED, Convention, Format, Scheme
 from specguard.layouts import layout_for
 from specguard.layouts.roles import LINEAR, ROUTED_EXPERTS
 
@@ -36,8 +36,8 @@ class Storage:
     per-tensor scales); they are recorded as ``missing`` in the expected map.
     """
 
-    format: str
-    convention: str = PLAIN
+    format: Format
+    convention: Convention = PLAIN
     opts: Mapping[str, Any] = field(default_factory=dict)
     drop: tuple[str, ...] = ()
 
@@ -224,7 +224,7 @@ def _expected(spec: ModuleSpec, storage: Storage, lay: codecs.PackLayout | None,
     if lay is None:
         scheme = Scheme(BF16, PLAIN, weight_dtype="BF16")
     else:
-        scale = next(n for n in (storage.opts.get("scale_name"), *lay.scale) if n in tensors)
+        scale = next(n for n in (storage.opts.get("scale_name"), *lay.scale) if n is not None and n in tensors)
         group = storage.opts.get("group_size") or lay.group_size
         scheme = Scheme(
             storage.format, storage.convention,

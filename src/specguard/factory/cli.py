@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.errors import SpecguardError, UsageError
+from specguard.factory import ScenarioInfo
 from specguard.usage import ArgumentParser, fail
 
 PROG = "specguard factory"
@@ -28,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the factory command; returns the exit code (0 ok, 2 bad input)."""
-    from specguard.factory import scenario_name, write_scenario
+    from specguard.factory import scenario_name
 
     try:
         args = _parser().parse_args(argv)
@@ -40,13 +44,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = "is not a directory" if not out.is_dir() else "exists and is not empty"
         return fail(PROG, f"{out} {what}; give a new or empty directory")
     try:
-        info = write_scenario(args.scenario, out, seed=args.seed, size=args.size)
+        info = _write_whole(args, out)
     except (OSError, SpecguardError) as e:  # unwritable directory; any other error is a bug
         return fail(PROG, f"{out}: {e}")
     n = len(info.expected) + len(info.drafter_expected)
-    where = f"{info.path}" + (f" and {info.drafter_path}" if info.drafter_path else "")
+    where = f"{out / info.path.name if info.drafter_path else out}" + (
+        f" and {out / info.drafter_path.name}" if info.drafter_path else "")
     print(f"{args.scenario}: {info.title}\nwrote {n} modules to {where}")
     return 0
+
+
+def _write_whole(args: argparse.Namespace, out: Path) -> ScenarioInfo:
+    """Write into a temporary sibling, renamed to ``out`` at the end: an error or
+    Ctrl-C never leaves a half-written checkpoint behind."""
+    from specguard.factory import write_scenario
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:  # the name is chosen first, so even a Ctrl-C right after mkdir is cleaned up
+        tmp.mkdir()
+        info = write_scenario(args.scenario, tmp, seed=args.seed, size=args.size)
+        if out.exists():
+            out.rmdir()  # new or empty, checked above
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return info
 
 
 if __name__ == "__main__":

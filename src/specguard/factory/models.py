@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specguard.layouts.roles import DRAFT, EMBEDDING, HEAD, MAIN
+from specguard.layouts.roles import DRAFT, DSPARK, EMBEDDING, HEAD, MAIN
 
 # Module kinds the scenario recipes choose a storage for.
 ATTN = "attn"  # attention projections
@@ -29,8 +29,6 @@ LM_HEAD = "head"
 
 DSV4 = "deepseek_v4"
 DSV3 = "deepseek_v3"
-MTP = "mtp"
-DSPARK = "dspark"
 
 
 @dataclass(frozen=True)

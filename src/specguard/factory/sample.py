@@ -7,12 +7,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from specguard.errors import SpecguardError
+
 SAMPLE_SCENARIO = "s1"
 SAMPLE_SEED = 0
 
 
+NO_CACHE = "set XDG_CACHE_HOME to a writable directory"
+
+
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """$XDG_CACHE_HOME/specguard, else ~/.cache/specguard (SpecguardError when there is no home)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home == "~" or not os.path.isabs(home):  # no HOME and no passwd entry
+            raise SpecguardError(f"no home directory for the sample checkpoint's cache; {NO_CACHE}")
+        base = os.path.join(home, ".cache")
     return Path(base) / "specguard"
 
 
@@ -21,10 +32,14 @@ def ensure_sample() -> Path:
     from specguard.factory import FACTORY_VERSION, write_scenario
 
     final = cache_root() / f"sample-{SAMPLE_SCENARIO}-v{FACTORY_VERSION}"
-    if (final / "model.safetensors.index.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".sample-", dir=final.parent))
+    try:
+        if (final / "model.safetensors.index.json").is_file():
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".sample-", dir=final.parent))
+    except OSError as e:
+        raise SpecguardError(f"cannot write the sample checkpoint under {final.parent} "
+                             f"({e.strerror or e}); {NO_CACHE}") from e
     try:
         write_scenario(SAMPLE_SCENARIO, tmp, seed=SAMPLE_SEED)
         try:

@@ -15,11 +15,9 @@ from specguard.factory.build import PLAIN_BF16, Storage
 from specguard.factory.models import (
     ATTN,
     DENSE,
-    DSPARK,
     DSV3,
     DSV4,
     EXPERT,
-    MTP,
     PROJ,
     SHARED,
     ModuleSpec,
@@ -34,7 +32,7 @@ from specguard.formats.scheme import (
     MXFP4,
     NVFP4,
 )
-from specguard.layouts.roles import DRAFT
+from specguard.layouts.roles import DRAFT, DSPARK, MTP
 
 # Storages as each publisher writes them.
 FP8_V4_E8M0 = Storage(FP8_BLOCK, DEEPSEEK, {"scale_name": "scale", "scale_dtype": "F8_E8M0"})

@@ -61,11 +61,12 @@ def _ratio(num: int, den: int) -> int | None:
     return num // den if den and num % den == 0 else None
 
 
-def _scale_of(params: Params) -> tuple[str, TensorInfo] | tuple[None, None]:
+def _scale_of(params: Params) -> tuple[str, TensorInfo | None]:
+    """The scale tensor's parameter name and info ("", None: no scale tensor)."""
     for key in ("weight_scale_inv", "weight_scale", "scale"):
         if key in params:
             return key, params[key]
-    return None, None
+    return "", None
 
 
 def _weightless(params: Params) -> Classified:
@@ -75,7 +76,7 @@ def _weightless(params: Params) -> Classified:
     if t is not None and t.dtype in PLAIN_DTYPES:
         return Classified(Scheme(PLAIN_DTYPES[t.dtype], s.PLAIN, weight_dtype=t.dtype))
     if t is not None:
-        return Classified(Scheme(s.PLAIN_OTHER, s.PLAIN, weight_dtype=t.dtype))
+        return Classified(Scheme(s.PLAIN_TENSOR, s.PLAIN, weight_dtype=t.dtype))
     return _unknown(f"no weight tensor (has {', '.join(sorted(params))})")
 
 

@@ -9,49 +9,63 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Format names (the field's words). "ambiguous" means the header alone cannot
-# decide (e.g. a U8 scale that may hold E8M0 or E4M3 bytes); "unknown" carries
-# a reason.
-BF16 = "bf16"
-FP16 = "fp16"
-FP32 = "fp32"
-FP8_TENSOR = "fp8_tensor"
-FP8_CHANNEL = "fp8_channel"
-FP8_BLOCK = "fp8_block"
-NVFP4 = "nvfp4"
-MXFP4 = "mxfp4"
-MXFP8 = "mxfp8"
-INT4_GROUP = "int4_group"
-INT8_GROUP = "int8_group"
-INT8_CHANNEL = "int8_channel"
-FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
-PLAIN_OTHER = "plain"  # a non-float standalone tensor (ids, masks)
-MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
-UNKNOWN = "unknown"
-AMBIGUOUS = "ambiguous"
+from specguard.vocabulary import Vocabulary
 
-UNQUANTIZED = frozenset({BF16, FP16, FP32, PLAIN_OTHER})
-FORMATS = (
-    BF16, FP16, FP32, FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4, MXFP8,
-    INT4_GROUP, INT8_GROUP, INT8_CHANNEL, FP8_KV, PLAIN_OTHER, MIXED, UNKNOWN, AMBIGUOUS,
-)
 
-# Conventions: who wrote the tensors, which decides names and scale meaning.
-MODELOPT = "modelopt"  # weight/weight_scale/weight_scale_2/input_scale
-COMPRESSED_TENSORS = "compressed-tensors"  # weight_packed/weight_global_scale (reciprocal)
-DEEPSEEK = "deepseek"  # bare `.scale` (V4 native) or weight_scale_inv (V3)
-GPT_OSS = "gpt-oss"  # *_blocks / *_scales
-GPTQ = "gptq"
-AWQ = "awq"
-PLAIN = "plain"  # unquantized
+class Format(Vocabulary):
+    """How a weight is stored, in the field's words. ``ambiguous``: the header alone
+    cannot decide (a U8 scale may hold E8M0 or E4M3 bytes); ``unknown`` carries a reason."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+    FP8_TENSOR = "fp8_tensor"
+    FP8_CHANNEL = "fp8_channel"
+    FP8_BLOCK = "fp8_block"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
+    MXFP8 = "mxfp8"
+    INT4_GROUP = "int4_group"
+    INT8_GROUP = "int8_group"
+    INT8_CHANNEL = "int8_channel"
+    FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
+    PLAIN_TENSOR = "plain"  # a non-float standalone tensor (ids, masks); not the convention ``plain``
+    MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
+    UNKNOWN = "unknown"
+    AMBIGUOUS = "ambiguous"
+
+
+class Convention(Vocabulary):
+    """Who wrote the tensors, which decides their names and what a scale means."""
+
+    MODELOPT = "modelopt"  # weight/weight_scale/weight_scale_2/input_scale
+    COMPRESSED_TENSORS = "compressed-tensors"  # weight_packed/weight_global_scale (reciprocal)
+    DEEPSEEK = "deepseek"  # bare `.scale` (V4 native) or weight_scale_inv (V3)
+    GPT_OSS = "gpt-oss"  # *_blocks / *_scales
+    GPTQ = "gptq"
+    AWQ = "awq"
+    PLAIN = "plain"  # unquantized
+
+
+# The members under the short names the stages use (``s.MXFP4``, ``s.DEEPSEEK``).
+BF16, FP16, FP32 = Format.BF16, Format.FP16, Format.FP32
+FP8_TENSOR, FP8_CHANNEL, FP8_BLOCK = Format.FP8_TENSOR, Format.FP8_CHANNEL, Format.FP8_BLOCK
+NVFP4, MXFP4, MXFP8 = Format.NVFP4, Format.MXFP4, Format.MXFP8
+INT4_GROUP, INT8_GROUP, INT8_CHANNEL = Format.INT4_GROUP, Format.INT8_GROUP, Format.INT8_CHANNEL
+FP8_KV, PLAIN_TENSOR, MIXED = Format.FP8_KV, Format.PLAIN_TENSOR, Format.MIXED
+UNKNOWN, AMBIGUOUS = Format.UNKNOWN, Format.AMBIGUOUS
+MODELOPT, COMPRESSED_TENSORS, DEEPSEEK = Convention.MODELOPT, Convention.COMPRESSED_TENSORS, Convention.DEEPSEEK
+GPT_OSS, GPTQ, AWQ, PLAIN = Convention.GPT_OSS, Convention.GPTQ, Convention.AWQ, Convention.PLAIN
+
+UNQUANTIZED = frozenset({BF16, FP16, FP32, PLAIN_TENSOR})
 
 
 @dataclass(frozen=True)
 class Scheme:
     """How one module's weight is stored (or declared, or built)."""
 
-    format: str
-    convention: str | None = None
+    format: Format
+    convention: Convention | None = None
     group_size: int | None = None  # elements per scale along the reduction dim
     block: tuple[int, int] | None = None  # 2-D block for fp8_block
     scale_dtype: str | None = None  # safetensors dtype of the block/group scale
@@ -74,9 +88,5 @@ class Scheme:
             parts.append(f"{self.block[0]}x{self.block[1]}")
         elif self.group_size:
             parts.append(f"g{self.group_size}")
-        label = self.format
+        label = str(self.format)
         return f"{label} ({', '.join(parts)})" if parts else label
-
-    def same_format(self, other: Scheme | None) -> bool:
-        """True when an engine method for ``other`` can read this storage."""
-        return other is not None and self.format == other.format

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -45,9 +44,6 @@ class ModuleTable:
 
     def __getitem__(self, name: str) -> Module:
         return self.modules[name]
-
-    def format_counts(self) -> Counter[str]:
-        return Counter(m.scheme.format for m in self)
 
 
 def classify(checkpoint: Checkpoint) -> ModuleTable:

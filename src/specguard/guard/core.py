@@ -193,7 +193,7 @@ class LoadGuard:
         if tracked:
             self._writes.setdefault(key, StorageWrites())
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         if self._recorder is not None:
             self._recorder.__exit__(None, None, None)
             self._recorder = None
@@ -219,7 +219,7 @@ class LoadGuard:
                     continue  # removed by the load: nothing left to be wrong
                 findings += self._check_entry(e, t)
         findings.sort(key=lambda f: (f.name, _PROBLEM_ORDER[f.problem]))
-        notes = ()
+        notes: tuple[str, ...] = ()
         if any(w.untracked_writes for w in self._writes.values()):
             notes = ("some writes into integer tensors were index-driven or too fine-grained "
                      "to record; the 0xA5 marker decided for those",)

@@ -187,10 +187,10 @@ def all_finite_fast(t: torch.Tensor, chunk_bytes: int | None = 1 << 22) -> bool:
         ok = (hi_u < code) | ((hi_u < (0x80 | code)) & (torch.amax(u8.view(torch.int8)) < code))
         return bool(ok.item())
     for part in _byte_parts(u8, chunk_bytes):
-        hi = int(torch.amax(part).item())
-        if hi < code:
+        top = int(torch.amax(part).item())
+        if top < code:
             continue
-        if hi >= 0x80 | code or int(torch.amax(part.view(torch.int8)).item()) >= code:
+        if top >= 0x80 | code or int(torch.amax(part.view(torch.int8)).item()) >= code:
             return False
     return True
 

@@ -90,7 +90,7 @@ def region_runs(
 
 
 def view_runs(t: torch.Tensor) -> tuple[np.ndarray, int] | None:
-    return region_runs(t.storage_offset(), t.shape, t.stride(), t.element_size())
+    return region_runs(int(t.storage_offset()), t.shape, t.stride(), t.element_size())
 
 
 def merge_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +196,7 @@ def fully_covered(starts: np.ndarray, ends: np.ndarray, runs: tuple[np.ndarray, 
 def _storage_base(t: torch.Tensor) -> int:
     """The storage's base address, as ``storage_key`` has it, without building
     a storage object (data_ptr = base + storage_offset * element_size)."""
-    return t.data_ptr() - t.storage_offset() * t.element_size()
+    return t.data_ptr() - int(t.storage_offset()) * t.element_size()
 
 
 class Recorder:
@@ -235,7 +235,7 @@ def record_into(sw: StorageWrites, t: torch.Tensor, locatable: bool = True) -> N
     if not locatable:
         sw.untracked_writes += 1
     elif t.is_contiguous():  # the loader's usual narrow/select of a slot
-        start = t.storage_offset() * t.element_size()
+        start = int(t.storage_offset()) * t.element_size()
         if t.numel():
             sw.add_run(start, start + t.numel() * t.element_size())
     else:
@@ -369,7 +369,7 @@ class AtenRecorder(TorchDispatchMode):
             self._written_args[func] = cached
         return cached
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         where, indexed = self._schema_writes(func)

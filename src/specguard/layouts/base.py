@@ -40,7 +40,7 @@ class Placement:
 
     checkpoint_name: str
     role: r.Role
-    kind: str
+    kind: r.ModuleKind
     runtime_prefix: str
     runtime_prefixes: tuple[str, ...]
     parameter_prefix: str
@@ -55,6 +55,9 @@ class Layout:
     """
 
     family = "generic"
+    # SGLang builds a family's single NextN draft layer as ``model.decoder`` plus
+    # these top-level modules (deepseek_nextn.py, deepseek_v4_nextn.py); () = no such tower.
+    sglang_nextn_top: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -76,7 +79,7 @@ class Layout:
             raise ValueError(f"unknown draft kind {draft_kind!r}; expected one of {r.DRAFT_KINDS}")
         self.num_hidden_layers = num_hidden_layers
         self.num_draft_layers = num_draft_layers
-        self.draft_kind = draft_kind
+        self.draft_kind = r.DraftKind(draft_kind) if draft_kind is not None else None
         self.engine = engine
         self._cache: dict[str, Placement] = {}
 
@@ -142,7 +145,7 @@ class Layout:
         """Module path of the engine parameters this checkpoint module loads into."""
         return self.place(name).parameter_prefix
 
-    def module_kind(self, name: str) -> str:
+    def module_kind(self, name: str) -> r.ModuleKind:
         """``routed_experts`` / ``linear`` / ``embedding`` / ``head`` / ``norm`` / ``other``."""
         return self.place(name).kind
 
@@ -185,6 +188,10 @@ class Layout:
 
     def _runtime_role(self, name: str) -> r.Role | None:
         """Role decided from the runtime spelling alone, or None to ask ``_place``."""
+        if self.sglang_nextn_top and self.engine == SGLANG and name.startswith("model."):
+            head = name.removeprefix("model.")
+            if head.split(".", 1)[0] == "decoder" or head.startswith(self.sglang_nextn_top):
+                return r.Role(r.DRAFT, r.MTP, self.num_hidden_layers, 0)  # SGLang's one NextN layer
         idx = layer_index(name)
         if idx is not None and idx >= self.num_hidden_layers:
             return self._draft_role(idx - self.num_hidden_layers)
@@ -200,7 +207,7 @@ class Layout:
     def _placement(
         module: str,
         role: r.Role,
-        kind: str,
+        kind: r.ModuleKind,
         prefix: str,
         parameter_prefix: str | None = None,
         extra: tuple[str, ...] = (),

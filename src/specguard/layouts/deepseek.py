@@ -64,6 +64,7 @@ class DeepseekV4Layout(Layout):
     """
 
     family = "deepseek_v4"
+    sglang_nextn_top = _SGLANG_NEXTN_TOP
 
     def __init__(
         self,
@@ -87,10 +88,6 @@ class DeepseekV4Layout(Layout):
         head = name.removeprefix("model.")
         if self.draft_kind == r.DSPARK and _first(head) in _DSPARK_ONLY:
             return r.Role(r.DRAFT, r.DSPARK, None, None)
-        if self.engine == SGLANG and name.startswith("model.") and (
-            _first(head) == "decoder" or head.startswith(_SGLANG_NEXTN_TOP)
-        ):
-            return r.Role(r.DRAFT, r.MTP, self.num_hidden_layers, 0)
         return super()._runtime_role(name)
 
     def _place(self, module: str) -> Placement:
@@ -192,6 +189,7 @@ class DeepseekV3Layout(Layout):
     """DeepSeek-V2/V3/V3.2 HF names; MTP layers are ``model.layers.{N+i}`` on disk."""
 
     family = "deepseek_v3"
+    sglang_nextn_top = _SGLANG_NEXTN_TOP
 
     def __init__(
         self,
@@ -206,14 +204,6 @@ class DeepseekV3Layout(Layout):
         super().__init__(num_hidden_layers, num_draft_layers, draft_kind, engine=engine)
         self.fuse_qkv_a = fuse_qkv_a
         self.mha = mha
-
-    def _runtime_role(self, name: str) -> r.Role | None:
-        head = name.removeprefix("model.")
-        if self.engine == SGLANG and name.startswith("model.") and (
-            _first(head) == "decoder" or head.startswith(_SGLANG_NEXTN_TOP)
-        ):
-            return r.Role(r.DRAFT, r.MTP, self.num_hidden_layers, 0)
-        return super()._runtime_role(name)
 
     def _fuse(self, rest: str) -> fusions.Fused:
         return fusions.deepseek_v3(rest, fuse_qkv_a=self.fuse_qkv_a, mha=self.mha)

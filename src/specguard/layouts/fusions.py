@@ -20,11 +20,11 @@ _OTHER_LEAVES = frozenset({
 
 class Fused(NamedTuple):
     prefix: str  # below the layer, as the quant prefix names it
-    kind: str
+    kind: r.ModuleKind
     param: str  # below the layer, where the parameters live
 
 
-def kind_of(rest: str) -> str:
+def kind_of(rest: str) -> r.ModuleKind:
     """Module kind of a non-expert module from its last name part."""
     leaf = rest.rsplit(".", 1)[-1]
     if leaf in _NORM_LEAVES or leaf.endswith(("_norm", "norm")):

@@ -56,10 +56,10 @@ class GenericLayout(Layout):
             )
         if module == "mtp" or module.startswith(("mtp.", "model.mtp.")):
             m = _QWEN_MTP_RE.match(module)
-            i = int(m.group(1)) if m and m.group(1) else None
+            stage = int(m.group(1)) if m and m.group(1) else None
             f = fusions.generic(module)
             param = "model." + f.param.removeprefix("model.").removeprefix("mtp.")
-            return self._placement(module, self._draft_role(i), f.kind, f.prefix, param)
+            return self._placement(module, self._draft_role(stage), f.kind, f.prefix, param)
         leaf = module.rsplit(".", 1)[-1]
         layer = layer_index(module)
         if layer is not None and layer >= n:

@@ -41,7 +41,3 @@ def module_name(name: str) -> str:
     module is (``layers.0.ffn.experts.3.w1.scale`` -> ``layers.0.ffn.experts.3.w1``).
     """
     return split_name(name)[0]
-
-
-def segments(name: str) -> list[str]:
-    return name.split(".") if name else []

@@ -35,7 +35,7 @@ def is_deepseek_v41(config: Mapping[str, Any]) -> bool:
     return model_type_of(config).startswith("deepseek_v41") or "DeepseekV41" in archs
 
 
-def draft_kind_for(method: str | None) -> str | None:
+def draft_kind_for(method: str | None) -> r.DraftKind | None:
     """Map a ``speculative_config.method`` to a draft kind (``deepseek_mtp`` -> mtp)."""
     if method is None:
         return None

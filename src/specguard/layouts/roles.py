@@ -4,29 +4,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Roles (docs/names.md).
-MAIN = "main"
-DRAFT = "draft"
-EMBEDDING = "embedding"
-HEAD = "head"
-ROLES = (MAIN, DRAFT, EMBEDDING, HEAD)
+from specguard.vocabulary import Vocabulary
 
-# Draft kinds.
-MTP = "mtp"
-DSPARK = "dspark"
-EAGLE = "eagle"
-DRAFT_KINDS = (MTP, DSPARK, EAGLE)
 
-# Module kinds: what class of engine layer the module becomes. The declared
-# stage keys its rules on these (a global MoE switch applies to routed experts
-# only; ModelOpt quantizes heads; Fp8Config never does).
-ROUTED_EXPERTS = "routed_experts"
-LINEAR = "linear"
-EMBEDDING_KIND = "embedding"
-HEAD_KIND = "head"
-NORM = "norm"
-OTHER = "other"
-MODULE_KINDS = (ROUTED_EXPERTS, LINEAR, EMBEDDING_KIND, HEAD_KIND, NORM, OTHER)
+class RoleName(Vocabulary):
+    """Where a module sits for speculative decoding (docs/names.md)."""
+
+    MAIN = "main"
+    DRAFT = "draft"
+    EMBEDDING = "embedding"
+    HEAD = "head"
+
+
+class DraftKind(Vocabulary):
+    """How a draft is served: layers inside the target (mtp), DSpark stages, or an EAGLE drafter."""
+
+    MTP = "mtp"
+    DSPARK = "dspark"
+    EAGLE = "eagle"
+
+
+class ModuleKind(Vocabulary):
+    """What class of engine layer a module becomes. The declared stage keys its
+    rules on these (a global MoE switch applies to routed experts only; ModelOpt
+    quantizes heads; Fp8Config never does). ``embedding``/``head`` here name layer
+    classes, not the roles of the same words."""
+
+    ROUTED_EXPERTS = "routed_experts"
+    LINEAR = "linear"
+    EMBEDDING = "embedding"
+    HEAD = "head"
+    NORM = "norm"
+    OTHER = "other"
+
+
+# The members under the short names the stages use (``r.DRAFT``, ``r.HEAD_KIND``).
+MAIN, DRAFT, EMBEDDING, HEAD = RoleName.MAIN, RoleName.DRAFT, RoleName.EMBEDDING, RoleName.HEAD
+MTP, DSPARK, EAGLE = DraftKind.MTP, DraftKind.DSPARK, DraftKind.EAGLE
+ROUTED_EXPERTS, LINEAR, NORM, OTHER = ModuleKind.ROUTED_EXPERTS, ModuleKind.LINEAR, ModuleKind.NORM, ModuleKind.OTHER
+EMBEDDING_KIND, HEAD_KIND = ModuleKind.EMBEDDING, ModuleKind.HEAD
+DRAFT_KINDS = tuple(DraftKind)
 
 
 @dataclass(frozen=True)
@@ -39,18 +56,18 @@ class Role:
     they belong to the draft tower.
     """
 
-    kind: str
-    draft_kind: str | None = None
+    name: RoleName
+    draft_kind: DraftKind | None = None
     layer: int | None = None
     draft_index: int | None = None
 
     @property
     def is_draft(self) -> bool:
-        return self.kind == DRAFT
+        return self.name == DRAFT
 
     def __str__(self) -> str:
-        if self.kind != DRAFT:
-            return self.kind if self.layer is None else f"{self.kind} (layer {self.layer})"
+        if self.name != DRAFT:
+            return self.name if self.layer is None else f"{self.name} (layer {self.layer})"
         parts = [self.draft_kind or "draft"]
         if self.draft_index is not None:
             parts.append(str(self.draft_index))
@@ -60,4 +77,4 @@ class Role:
 
 def role_label(role: Role) -> str:
     """``main``, ``embedding``, ``head`` or ``draft (mtp)``: one label per run of layers."""
-    return f"draft ({role.draft_kind})" if role.is_draft and role.draft_kind else role.kind
+    return f"draft ({role.draft_kind})" if role.is_draft and role.draft_kind else role.name

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from specguard.layouts.runs import group_runs
 from specguard.resolve import Resolver, Route
+
+if TYPE_CHECKING:
+    from specguard.lint.content import ScaleSamples
 
 
 @dataclass
 class LintContext:
     resolvers: list[Resolver]
     _routes: dict[int, list[Route]] = field(default_factory=dict)
-    _scales: dict[int, list] = field(default_factory=dict)
+    _scales: dict[int, ScaleSamples] = field(default_factory=dict)
 
-    def scales(self, r: Resolver) -> list:
+    def scales(self, r: Resolver) -> ScaleSamples:
         """Scale samples (lint/content.py), read once per lint run and shared by the rules."""
         from specguard.lint.content import read_scales
 

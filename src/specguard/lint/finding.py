@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ERROR = "error"
-WARNING = "warning"
-INFO = "info"
-SEVERITIES = (INFO, WARNING, ERROR)  # ascending
+from specguard.vocabulary import Vocabulary
+
+
+class Severity(Vocabulary):
+    """How bad a finding is, in ascending order."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+INFO, WARNING, ERROR = Severity.INFO, Severity.WARNING, Severity.ERROR
+SEVERITIES = tuple(Severity)  # ascending
 
 
 def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity)
+    return SEVERITIES.index(Severity(severity))
 
 
 @dataclass(frozen=True)
@@ -21,7 +30,7 @@ class Finding:
     change."""
 
     code: str
-    severity: str
+    severity: Severity
     message: str
     modules: tuple[str, ...] = ()
     fix: str | None = None

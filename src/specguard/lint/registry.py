@@ -12,17 +12,21 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from specguard.lint.finding import Finding
+from specguard.lint.finding import Finding, Severity
 
-Check = Callable[["object"], Iterable[Finding]]
+if TYPE_CHECKING:
+    from specguard.lint.context import LintContext
+
+Check = Callable[["LintContext"], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
 class Rule:
     code: str
     name: str
-    severity: str
+    severity: Severity
     summary: str
     reads_bytes: bool
     check: Check
@@ -31,7 +35,8 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, severity: str, summary: str, *, reads_bytes: bool = False) -> Callable[[Check], Check]:
+def rule(code: str, name: str, severity: Severity, summary: str, *,
+         reads_bytes: bool = False) -> Callable[[Check], Check]:
     """Register a rule function under a stable code."""
 
     def register(fn: Check) -> Check:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeGuard
 
+from specguard.declared import DeclaredScheme
+from specguard.engines import EngineChoice
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
-from specguard.layouts.roles import role_label
+from specguard.layouts.roles import ModuleKind, Role, role_label
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
-from specguard.resolve import MISROUTED, Route
+from specguard.resolve import MISROUTED, Route, Verdict
 
 # Tensors each engine method reads, by (format, convention): per tensor, the
 # suffixes that satisfy it (vLLM renames DeepSeek-V4's bare `.scale` into the
@@ -36,28 +39,56 @@ def needs(scheme: Scheme) -> tuple[tuple[str, ...], ...]:
     return hit or ()
 
 
-def _groups(ctx: LintContext, pick) -> Iterator[tuple[tuple, list[Route]]]:
-    """Routes that ``pick`` selects, grouped by the key it returns (one finding per group)."""
-    groups: dict[tuple, list[Route]] = defaultdict(list)
+class Built(Protocol):
+    """A route with something stored, the config's claim and the engine's choice:
+    what every SG2xx rule compares (a Route whose optional parts are all there)."""
+
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def role(self) -> Role: ...
+    @property
+    def kind(self) -> ModuleKind: ...
+    @property
+    def stored(self) -> Scheme: ...
+    @property
+    def declared(self) -> DeclaredScheme: ...
+    @property
+    def vllm(self) -> EngineChoice: ...
+    @property
+    def verdict(self) -> Verdict: ...
+    @property
+    def checkpoint_names(self) -> tuple[str, ...]: ...
+
+
+def _built(rt: Route) -> TypeGuard[Built]:
+    return rt.stored is not None and rt.declared is not None and rt.vllm is not None
+
+
+def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator[tuple[tuple, list[Built]]]:
+    """Built routes that ``pick`` selects, grouped by the key it returns (one finding per group)."""
+    groups: dict[tuple, list[Built]] = defaultdict(list)
     for _, rt in ctx.all_routes():
+        if not _built(rt):
+            continue
         key = pick(rt)
         if key is not None:
             groups[key].append(rt)
     yield from groups.items()
 
 
-def _names(routes: list[Route]) -> tuple[str, ...]:
+def _names(routes: Sequence[Built]) -> tuple[str, ...]:
     return tuple(n for rt in routes for n in rt.checkpoint_names)
 
 
-def _misrouted(rt: Route) -> bool:
-    return rt.verdict == MISROUTED and rt.stored is not None and rt.vllm is not None
+def _misrouted(rt: Built) -> bool:
+    return rt.verdict == MISROUTED
 
 
 @rule("SG201", "stored-format-differs-from-declared", ERROR,
       "A module is stored in one quantized format while the config makes the engine build another.")
 def stored_differs(ctx: LintContext) -> Iterator[Finding]:
-    def pick(rt: Route):
+    def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and rt.stored.quantized and rt.vllm.scheme.quantized:
             return (role_label(rt.role), rt.kind, rt.stored.format, rt.vllm.method, rt.declared.source)
         return None
@@ -77,8 +108,8 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
       "The scheme the engine builds needs tensors the checkpoint does not store: those parameters stay "
       "uninitialized (torch.empty).")
 def needs_missing(ctx: LintContext) -> Iterator[Finding]:
-    def pick(rt: Route):
-        if rt.stored is None or not rt.stored.quantized or rt.vllm is None or not rt.vllm.scheme.quantized:
+    def pick(rt: Built) -> tuple | None:
+        if not rt.stored.quantized or not rt.vllm.scheme.quantized:
             return None
         missing = _missing_for(ctx, rt)
         return (role_label(rt.role), rt.vllm.method, missing) if missing else None
@@ -96,7 +127,7 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
-def _missing_for(ctx: LintContext, rt: Route) -> tuple[str, ...]:
+def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
     """Tensors the built method reads that some module behind the route does not store."""
     want = needs(rt.vllm.scheme)
     out: list[str] = []
@@ -111,7 +142,7 @@ def _missing_for(ctx: LintContext, rt: Route) -> tuple[str, ...]:
     return tuple(a[0] for a in want if a[0] in out)
 
 
-def _engine_params(rt: Route, missing: tuple[str, ...]) -> list[str]:
+def _engine_params(rt: Built, missing: tuple[str, ...]) -> list[str]:
     """vLLM's parameter names: fused MoE layers hold w13_* (w1+w3) and w2_* per layer."""
     if rt.kind == r.ROUTED_EXPERTS:
         return [f"{w}_{p}" for p in missing for w in ("w13", "w2")]
@@ -121,7 +152,7 @@ def _engine_params(rt: Route, missing: tuple[str, ...]) -> list[str]:
 @rule("SG203", "declared-quantized-stored-unquantized", ERROR,
       "The config makes the engine build a quantized layer for a module stored in BF16/FP16/FP32.")
 def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
-    def pick(rt: Route):
+    def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and not rt.stored.quantized and rt.vllm.scheme.quantized:
             return (role_label(rt.role), rt.stored.format, rt.vllm.scheme.format, rt.vllm.reason)
         return None
@@ -140,7 +171,7 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
 @rule("SG204", "stored-quantized-declared-unquantized", ERROR,
       "A module stored quantized is built as an unquantized layer: its packed bytes and scales are misread.")
 def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
-    def pick(rt: Route):
+    def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and rt.stored.quantized and not rt.vllm.scheme.quantized:
             return (role_label(rt.role), rt.stored.format, rt.vllm.method)
         return None
@@ -155,7 +186,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
-def _fix(rt: Route) -> str:
+def _fix(rt: Built) -> str:
     if rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4:
         return (f'add `"ignore": ["mtp.*"]` to quantization_config ({ENGINE}\'s DeepSeek-V4.1 quant config '
                 "routes matching experts to MXFP4 on CUDA/ROCm), or serve with the specguard vLLM plugin; "

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from specguard.formats import scheme as s
+from specguard.layouts.roles import ModuleKind
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
@@ -30,9 +31,10 @@ def fused_shards(ctx: LintContext) -> Iterator[Finding]:
 def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     """vLLM keeps one global scale per fused layer (the max): shards quantized
     against different ones lose precision in all but one."""
-    fused = {n: rt.prefix for rt in ctx.routes(r) if len(rt.checkpoint_names) > 1 and rt.kind != "routed_experts"
+    experts_kind = ModuleKind.ROUTED_EXPERTS
+    fused = {n: rt.prefix for rt in ctx.routes(r) if len(rt.checkpoint_names) > 1 and rt.kind != experts_kind
              for n in rt.checkpoint_names}
-    experts = {n: rt.prefix for rt in ctx.routes(r) if rt.kind == "routed_experts" for n in rt.checkpoint_names}
+    experts = {n: rt.prefix for rt in ctx.routes(r) if rt.kind == experts_kind for n in rt.checkpoint_names}
     if not fused and not experts:
         return
     samples = ctx.scales(r)

@@ -268,8 +268,8 @@ class Vllm033:
         role = self.layout.role(prefix)
         if not role.is_draft:
             return TARGET_MODEL
-        kind = self.draft_kind or role.draft_kind or ""
-        return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(kind, MTP_MODEL)
+        kind = self.draft_kind or role.draft_kind
+        return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(kind, MTP_MODEL) if kind else MTP_MODEL
 
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         """Layers the model class builds with ``quant_config=None``: no config can quantize them."""
@@ -349,11 +349,10 @@ class Vllm033:
         if algo != "NVFP4":
             return False, f"_is_nvfp4_expert_layer: moe_quant_algo={algo or 'unset'}"
         ignore = [x.text for x in d.patterns if x.effect == NATIVE]
-        m = _EXPERTS_LAYER_RE.search(prefix)
-        if m is None or not ignore:
-            return True, "_is_nvfp4_expert_layer: moe_quant_algo=NVFP4 and no ModelOpt-style ignore list"
         n = int(self.text.get("num_hidden_layers") or 0)  # the target's hf_text_config
-        name = v41_ignore_name(prefix, n)
+        name = v41_ignore_name(prefix, n)  # None: not a routed-experts layer
+        if name is None or not ignore:
+            return True, "_is_nvfp4_expert_layer: moe_quant_algo=NVFP4 and no ModelOpt-style ignore list"
         hit = next((p for p in ignore if fnmatchcase(name, p)), None)
         if hit is None:
             return True, f"_is_nvfp4_expert_layer: {name!r} matches no ignore entry {ignore}"

@@ -60,7 +60,7 @@ def stored(source: str, runtime_prefix: str, draft_method: str | None = None) ->
     scheme = route.stored
     if scheme is None or scheme.format in (UNKNOWN, AMBIGUOUS, MIXED):
         return None
-    return Stored(scheme, route.role.kind, tuple(route.checkpoint_names))
+    return Stored(scheme, route.role.name, tuple(route.checkpoint_names))
 
 
 _failed: set[tuple[str, str | None]] = set()

@@ -1,0 +1,141 @@
+"""`specguard fix`: write a repaired checkpoint (or print the config change)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from specguard.checkpoint.source import Checkpoint
+from specguard.commands.sources import open_path
+from specguard.errors import UsageError
+from specguard.lint import lint
+from specguard.lint.finding import ERROR
+from specguard.repair import make_plan, platforms_for
+from specguard.repair.diff import config_diff, hf_overrides
+from specguard.repair.plan import Plan, describe, merged, open_resolvers
+from specguard.repair.verify import RepairFailed, verify
+from specguard.repair.write import Written, write_repair
+from specguard.resolve import Resolver
+
+EXIT_OK = 0
+
+
+def lint_check(resolvers: list[Resolver], platform: str) -> Sequence[str]:
+    """`specguard lint` on the repaired directory: no error; warnings are returned as notes."""
+    findings = lint(resolvers).findings
+    errors = [f for f in findings if f.severity == ERROR]
+    if errors:
+        raise RepairFailed(f"lint on {platform}", f"{errors[0].code}: {errors[0].message}; nothing written")
+    return [f.code for f in findings]
+
+
+def run_fix(args: argparse.Namespace) -> int:
+    if args.out is None and not args.diff:
+        raise UsageError("fix needs --out DIR (or --diff to print the config change)")
+    if args.draft_method == "eagle" and not args.draft:
+        raise UsageError("--draft-method eagle repairs a separate EAGLE drafter: pass --draft SRC")
+    if args.remote and not args.diff:
+        raise UsageError("a remote checkpoint cannot be linked into DIR: use --diff")
+    target = _open(args.source, args)
+    drafter = _open(args.draft, args) if args.draft else None
+    platforms = platforms_for(args.platform)
+    plan = make_plan(target, drafter, platforms, args.draft_method)
+    names = " + ".join(c.name for c in (target, drafter) if c is not None)
+    if plan.clean:
+        left = _lint_errors(target, drafter, platforms[0], args.draft_method)
+        if left:
+            raise UsageError(f"{names}: every module routes as stored, but lint finds {left}; "
+                             "fix repairs routing only (`specguard lint` says what to change)")
+        print(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
+        return EXIT_OK
+    _print_problems(plan)
+    _print_changes(plan)
+    out = Path(args.out) if args.out else None
+    if args.diff:
+        _print_diff(plan, out)
+        if out is None:
+            return EXIT_OK
+    checked = []
+    results = write_repair(plan, out, lambda paths: checked.append(
+        verify(paths, platforms, args.draft_method, lint_check)))
+    for w in results:
+        _print_written(w)
+    v = checked[-1]
+    left = f"; lint warnings left: {', '.join(v.notes)}" if v.notes else ""
+    print(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
+    if any(ov.reencode for ov in plan.overlays) and set(platforms) - {"cpu"}:
+        print("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
+              "repairs with config alone")
+    if len(results) > 1:
+        print(f"serve: vllm serve {results[0].path} --speculative-config "
+              f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
+    return EXIT_OK
+
+
+def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None) -> str:
+    findings = lint(open_resolvers(target, drafter, platform, method)).findings
+    return ", ".join(sorted({f.code for f in findings if f.severity == ERROR}))
+
+
+def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
+    ckpt = open_path(source, revision=args.revision, remote=args.remote)
+    if ckpt.root is not None and Path(source or ckpt.root).is_file():
+        raise UsageError(f"{source}: fix needs a checkpoint directory (config.json beside the shards)")
+    return ckpt
+
+
+def _print_problems(plan: Plan) -> None:
+    """One line per checkpoint, verdict and set of platforms: the modules, run-length grouped."""
+    platforms: dict[tuple, list[str]] = {}
+    for p in plan.problems:
+        platforms.setdefault((p.overlay.checkpoint.name, p.route.verdict, p.route.prefix), []).append(p.platform)
+    lines: dict[tuple, list[str]] = {}
+    for (name, verdict, prefix), where in platforms.items():
+        lines.setdefault((name, verdict, ", ".join(where)), []).append(prefix)
+    for (name, verdict, where), prefixes in lines.items():
+        print(f"{name}: {len(prefixes)} module(s) {verdict} on {where}: {describe(prefixes)}")
+
+
+def _print_changes(plan: Plan) -> None:
+    for ov in plan.overlays:
+        who = f"{ov.role}: " if len(plan.overlays) > 1 else ""
+        for c in merged(ov.changes):
+            values = ", ".join(repr(v) for v in c.values)
+            print(f"  {who}{c.file} {c.key} {c.op} {values}  ({c.why})")
+        if ov.reencode:
+            fmts = sorted(set(ov.reencode.values()))
+            print(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "
+                  f"{describe(ov.reencode)}")
+
+
+def _print_diff(plan: Plan, out: Path | None) -> None:
+    print(config_diff(plan, out), end="")
+    overrides, why = hf_overrides(plan)
+    if overrides is None:
+        print(f"no --hf-overrides: {why}")
+    else:
+        print(f"vllm serve {plan.overlays[0].checkpoint.name} --hf-overrides '{overrides}'")
+        print(f"  ({why})")
+
+
+def _print_written(w: Written) -> None:
+    if w.unchanged:
+        print(f"{w.path}: already holds this repair; left as it is")
+        return
+    links = len(w.linked) + len(w.symlinked)
+    kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
+    if not w.written:
+        print(f"wrote {w.path}: unchanged, {links} {kind}")
+        return
+    added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
+    print(f"wrote {w.path}: {len(w.written)} new file(s), {links} {kind}{added}")
+    print(f"  new: {', '.join(sorted(w.written))}")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024:
+            return f"{int(n):,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"

@@ -1,0 +1,186 @@
+"""What a repair changes, checkpoint by checkpoint, and how it is planned.
+
+``make_plan`` opens the target (and a separate drafter) once per platform class,
+collects every runtime module that does not route ``ok``, and hands them to the
+strategies in ``STRATEGIES`` order. Each strategy is one small module with an
+``apply(plan, problems)`` that edits an :class:`Overlay` (a config copy, modules
+to re-encode) and marks the problems it settled; a problem no strategy settles,
+or one a strategy declares beyond repair, raises :class:`Unrepairable`.
+Nothing is written here: ``repair.write`` turns the plan into a directory.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.source import Checkpoint
+from specguard.engines.vllm.v0_33 import PLATFORMS
+from specguard.layouts.registry import text_config
+from specguard.layouts.runs import group_runs
+from specguard.resolve import OK, Resolver, Route
+
+ALL = "all"
+TARGET, DRAFTER = "target", "drafter"
+
+
+class Unrepairable(CheckpointError):
+    """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
+
+
+def describe(names: Iterable[str], limit: int = 4) -> str:
+    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
+    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
+    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
+    return "; ".join(labels[:limit]) + more
+
+
+def platforms_for(choice: str) -> tuple[str, ...]:
+    """``all`` -> every platform class vLLM 0.33 distinguishes (V4.1 on cuda/rocm, V4 on cpu)."""
+    return PLATFORMS if choice == ALL else (choice,)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit of a config file: entries added to (+) or dropped from (-) a list, or a key set (=)."""
+
+    file: str
+    key: str
+    op: str
+    values: tuple[Any, ...]
+    why: str
+
+
+def merged(changes: Sequence[Change]) -> list[Change]:
+    """Edits of the same list for the same reason, as one."""
+    out: dict[tuple, Change] = {}
+    for c in changes:
+        k = (c.file, c.key, c.op, c.why)
+        out[k] = Change(*k[:3], out[k].values + c.values, c.why) if k in out else c
+    return list(out.values())
+
+
+@dataclass
+class Overlay:
+    """Planned changes to one checkpoint: edited config copies and modules to re-encode."""
+
+    checkpoint: Checkpoint
+    role: str  # TARGET or DRAFTER
+    config: dict[str, Any]
+    hf_quant_config: dict[str, Any] | None
+    reencode: dict[str, str] = field(default_factory=dict)  # checkpoint module -> new format
+    changes: list[Change] = field(default_factory=list)  # what changed in the configs, and why
+
+    @classmethod
+    def of(cls, checkpoint: Checkpoint, role: str) -> Overlay:
+        hf = copy.deepcopy(dict(checkpoint.hf_quant_config)) if checkpoint.hf_quant_config else None
+        return cls(checkpoint, role, copy.deepcopy(dict(checkpoint.config or {})), hf)
+
+    # -- where the claim lives ---------------------------------------------------
+
+    def quant_block(self) -> tuple[dict[str, Any], str]:
+        """The quantization block vLLM reads, and the file it lives in: config.json's
+        ``quantization_config`` first (weight_utils.get_quant_config), else
+        hf_quant_config.json's ``quantization`` (ModelOpt's unified export)."""
+        cfg = self.config
+        for holder in (cfg, text_config(cfg)):
+            qc = holder.get("quantization_config")
+            if isinstance(qc, dict):
+                return qc, "config.json"
+        if isinstance(self.hf_quant_config, dict):
+            q = self.hf_quant_config.get("quantization")
+            return (q if isinstance(q, dict) else self.hf_quant_config), "hf_quant_config.json"
+        raise Unrepairable(f"{self.checkpoint.name} [config.json]", "no quantization config to edit")
+
+    def add_entries(self, key: str, entries: Sequence[str], why: str) -> None:
+        block, file = self.quant_block()
+        have = block.get(key) if isinstance(block.get(key), list) else []
+        new = [e for e in entries if e not in have]
+        if new:
+            block[key] = [*have, *new]
+            self.changes.append(Change(file, key, "+", tuple(new), why))
+
+    def drop_entries(self, key: str, entries: Sequence[str], why: str) -> None:
+        block, file = self.quant_block()
+        have = block.get(key) if isinstance(block.get(key), list) else []
+        gone = [e for e in have if e in entries]
+        if gone:
+            block[key] = [e for e in have if e not in entries]
+            if not block[key]:
+                del block[key]
+            self.changes.append(Change(file, key, "-", tuple(gone), why))
+
+    def set_key(self, key: str, value: Any, why: str) -> None:
+        """A top-level key of config.json's text config (``num_nextn_predict_layers``)."""
+        holder = text_config(self.config)
+        if holder.get(key) != value:
+            holder[key] = value
+            self.changes.append(Change("config.json", key, "=", (value,), why))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.reencode) or self.config != dict(self.checkpoint.config or {}) or (
+            self.hf_quant_config != (dict(self.checkpoint.hf_quant_config)
+                                     if self.checkpoint.hf_quant_config else None))
+
+
+@dataclass
+class Problem:
+    """One runtime module that does not route ``ok`` on one platform class."""
+
+    platform: str
+    overlay: Overlay
+    resolver: Resolver
+    route: Route
+    handled: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.overlay.checkpoint.name} [{self.route.prefix}]"
+
+
+@dataclass
+class Plan:
+    platforms: tuple[str, ...]
+    overlays: list[Overlay]  # target first, then a separate drafter
+    problems: list[Problem]
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def pending(self, pick: Callable[[Problem], bool] = lambda p: True) -> list[Problem]:
+        return [p for p in self.problems if not p.handled and pick(p)]
+
+
+def open_resolvers(target: Checkpoint, drafter: Checkpoint | None, platform: str,
+                   draft_method: str | None = None) -> list[Resolver]:
+    """Target (and drafter) resolvers as ``specguard route`` builds them, never memoized."""
+    t = Resolver(target, draft_method=None if drafter else draft_method, platform=platform)
+    if drafter is None:
+        return [t]
+    return [t, Resolver(drafter, draft_method=draft_method or "dspark", target=t, platform=platform)]
+
+
+def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequence[str],
+              draft_method: str | None = None) -> Plan:
+    overlays = [Overlay.of(target, TARGET)] + ([Overlay.of(drafter, DRAFTER)] if drafter else [])
+    problems: list[Problem] = []
+    for platform in platforms:
+        for overlay, res in zip(overlays, open_resolvers(target, drafter, platform, draft_method), strict=True):
+            problems += [Problem(platform, overlay, res, rt) for rt in res.routes() if rt.verdict != OK]
+    plan = Plan(tuple(platforms), overlays, problems)
+    if plan.clean:
+        return plan
+    from specguard.repair.strategies import STRATEGIES
+
+    for strategy in STRATEGIES:
+        strategy.apply(plan, plan.pending())
+    left = plan.pending()
+    if left:
+        p = left[0]
+        raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {p.platform}: {p.route.reason}")
+    return plan

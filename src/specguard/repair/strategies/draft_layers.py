@@ -1,0 +1,29 @@
+"""A config that promises MTP layers the checkpoint does not store (S7): the engine
+would build them and run them randomly initialised. The config is made to say
+what is stored (``num_nextn_predict_layers``); serving with MTP then fails at
+start-up instead of drafting noise."""
+
+from __future__ import annotations
+
+from specguard.layouts.registry import text_config
+from specguard.repair.plan import Plan, Problem, Unrepairable
+from specguard.repair.strategies.common import settle
+from specguard.resolve import MISSING
+
+
+def apply(plan: Plan, problems: list[Problem]) -> None:
+    absent = [p for p in problems if p.route.verdict == MISSING and p.route.stored is None
+              and p.route.role.is_draft]
+    if not absent:
+        return
+    for p in absent:
+        cfg = text_config(p.overlay.config)
+        layout = p.resolver.layout
+        stored = sorted({layout.role(m).layer for m in p.resolver.table.modules if layout.role(m).is_draft})
+        if stored != list(layout.draft_layers[: len(stored)]) or "num_nextn_predict_layers" not in cfg \
+                or "dspark_target_layer_ids" in cfg:
+            raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "
+                                        "MTP config to the trailing layers stored")
+        p.overlay.set_key("num_nextn_predict_layers", len(stored),
+                          f"{layout.num_draft_layers} declared, {len(stored)} stored")
+    settle(absent)

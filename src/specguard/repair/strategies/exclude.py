@@ -1,0 +1,81 @@
+"""Config first: exclusion entries, in the stack's own syntax, that match the runtime
+prefixes vLLM 0.33 tests them against, so modules stored unquantized load unquantized
+(S2's BF16 MTP tower under a compressed-tensors config).
+
+Per stack (declared/ models each stack's semantics):
+- fp8 / deepseek_v4_fp8: ``ignored_layers``, exact match (``is_layer_skipped``
+  with ``match_mode="exact"``) after the model's weights mapper renamed them;
+- compressed-tensors: ``ignore``, an exact name or ``re:`` + ``re.match``
+  (``should_ignore_layer``); ``re:`` entries are never renamed
+  (``CompressedTensorsConfig.apply_vllm_mapper``);
+- ModelOpt: ``ignore`` / ``exclude_modules`` (exact, substring or fnmatch,
+  ``is_layer_excluded``), in the file the claim lives in.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
+from specguard.layouts import roles as r
+from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
+from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
+from specguard.resolve import Resolver
+
+_LAYER = re.compile(r"^(.*?layers\.\d+)\.")
+QUANTIZABLE = (r.LINEAR, r.ROUTED_EXPERTS, r.HEAD_KIND, r.EMBEDDING_KIND)
+
+
+def apply(plan: Plan, problems: list[Problem]) -> None:
+    groups = by_module(p for p in problems if stored_plain_built_quantized(p))
+    per_overlay: dict[int, list[Problem]] = {}
+    for ps in groups.values():
+        per_overlay.setdefault(id(ps[0].overlay), []).append(ps[0])
+    for firsts in per_overlay.values():
+        p = firsts[0]
+        exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
+                "stored unquantized")
+    settle(q for ps in groups.values() for q in ps)
+
+
+def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str) -> None:
+    """Add the entries that make vLLM build ``prefixes`` unquantized."""
+    stack = resolver.declared_config.stack
+    if stack in ("fp8", "deepseek_v4_fp8"):
+        overlay.add_entries("ignored_layers", _exact(prefixes), why)
+    elif stack == "compressed-tensors":
+        overlay.add_entries("ignore", _grouped(resolver, prefixes, COMPRESSED_TENSORS), why)
+    elif stack == "modelopt":
+        block, _ = overlay.quant_block()
+        key = "ignore" if "ignore" in block else "exclude_modules"
+        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT), why)
+    else:
+        raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
+                           f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")
+
+
+def _exact(prefixes: list[str]) -> list[str]:
+    """``ignored_layers`` entries: the runtime prefixes themselves. The target's and
+    the MTP draft's lists go through DeepSeek-V4's weights mapper, which leaves
+    ``model.layers.*`` as it is; a DSpark draft's fresh quant config keeps its list
+    raw and builds its layers at ``model.layers.{N+i}`` (nvidia/amd/xpu dspark.py:
+    ``DSparkDeepseekV4Model`` under prefix ``model``)."""
+    return list(prefixes)
+
+
+def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[str]:
+    """One wildcard per layer that stores nothing quantized (excluding all of it cannot
+    misroute a module), exact names otherwise."""
+    layers: dict[str, list[str]] = {}
+    for prefix in prefixes:
+        m = _LAYER.match(prefix)
+        layers.setdefault(m.group(1) if m else prefix, []).append(prefix)
+    out: list[str] = []
+    for parent, members in layers.items():
+        quantized = [rt for rt in resolver.routes() if rt.prefix.startswith(parent + ".")
+                     and rt.kind in QUANTIZABLE and (rt.stored is None or rt.stored.quantized)]
+        if len(members) > 1 and not quantized:
+            out += Pattern(parent, semantics, "").propose(members)
+        else:  # an exact name matches itself in both stacks (propose would widen it to the layer)
+            out += members
+    return list(dict.fromkeys(out))

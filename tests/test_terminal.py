@@ -1,0 +1,171 @@
+"""What users see: a real pseudo-terminal at 80 and 200 columns, a pipe, Ctrl-C,
+unreadable directories, no writable home, and names that look like markup."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import pty
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specguard.checkpoint.writer import save_file
+from specguard.cli import main
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+CLI = [sys.executable, "-m", "specguard.cli"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(extra)
+    return env
+
+
+def in_terminal(args: list[str], columns: int, timeout: float = 120) -> tuple[int, str]:
+    """Run the command in a real pseudo-terminal ``columns`` wide; (exit code, what it printed)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of the given size on stdin/stdout/stderr
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+        os.execve(sys.executable, [*CLI, *args], _env(TERM="xterm-256color"))
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+    return os.waitstatus_to_exitcode(status), text
+
+
+@pytest.fixture(scope="module")
+def s1(scenarios) -> str:
+    return str(scenarios["s1"].path)
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_route_is_readable_in_a_terminal(s1: str, columns: int) -> None:
+    code, out = in_terminal(["route", s1], columns)
+    assert code == 1  # misrouted
+    assert max(len(line) for line in out.splitlines()) <= columns
+    for whole in ("model.layers 2 · ffn · experts", "ModelOptNvFp4FusedMoE", "mxfp4 (deepseek, e8m0, g32)",
+                  "nvfp4 (modelopt, g16)", "misrouted", "UnquantizedLinearMethod", "stored as", "declared as",
+                  "vLLM 0.33 builds", "verdict"):
+        assert whole in out, (columns, whole, out)
+    assert "…" not in out
+    assert "not shown; --all lists them" in " ".join(out.split())  # wrapped at word breaks
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_inspect_keeps_every_module_name(s1: str, columns: int) -> None:
+    code, out = in_terminal(["inspect", s1], columns)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= columns
+    assert "wkv,wo_a,wo_b,wq_a,wq_b" in out and "ffn.shared_experts · w1,w2,w3" in out
+    assert "…" not in out
+
+
+def test_piped_lint_is_one_line_per_finding_whatever_columns_says(s1: str) -> None:
+    r = subprocess.run([*CLI, "lint", s1], capture_output=True, text=True, env=_env(COLUMNS="80"), timeout=120)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    findings = [line for line in lines if re.match(r"SG\d{3} (error|warning|info): ", line)]
+    assert [f.split(" ", 1)[0] for f in findings] == ["SG201", "SG202", "SG101"]
+    # each finding whole on its line: the next line is its fix or the next finding, never a continuation
+    for i, line in enumerate(lines):
+        assert line == line.rstrip(), "no padding"
+        if i:
+            assert re.match(r"(SG\d{3} |  fix: |.*: \d+ errors?)", line), line
+    assert any(len(line) > 200 for line in findings)  # not hard-wrapped at 200 either
+
+
+def test_markup_in_tensor_names_is_printed_as_is(tmp_path: Path) -> None:
+    p = tmp_path / "model.safetensors"
+    save_file({"[/]layer.weight": np.zeros((4, 4), np.float32),
+               "[red]x[/red].weight": np.zeros((4, 4), np.float32)}, p)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", str(p)]) == 0
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", "--tensors", str(p)]) == 0
+    text = out.getvalue()
+    assert "[/]layer" in text and "[red]x[/red]" in text
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    proc = subprocess.Popen([*CLI, "factory", "s1", str(tmp_path / "out"), "--size", "small"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".out-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the write has begun (its temporary sibling exists)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the factory finished before the signal arrived")
+    assert proc.returncode == 130 and err == "specguard: interrupted\n", err
+    assert list(tmp_path.iterdir()) == []  # neither the checkpoint nor its temporary sibling
+
+
+_AS_ANOTHER_USER = """
+import os, sys
+from specguard.cli import main
+main(sys.argv[1:3])                 # warm every import the command needs while still root
+os.seteuid(65534)                   # then act as 'nobody': root's DAC override is gone
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _unprivileged(warm: list[str], args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", _AS_ANOTHER_USER, *warm, *args] if os.geteuid() == 0 else [*CLI, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(**env), timeout=120)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory everyone may enter (pytest's own tmp_path is private to its user)."""
+    path = Path(tempfile.mkdtemp(prefix="specguard-perm-"))
+    path.chmod(0o755)
+    yield path
+    for p in (path, *path.rglob("*")):
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_directory_the_user_may_not_enter_is_one_line_and_exit_2(s1: str, open_dir: Path) -> None:
+    shutil.copytree(s1, open_dir / "ckpt")
+    (open_dir / "ckpt").chmod(0o700 if os.geteuid() == 0 else 0o000)  # root's 0700 shuts 'nobody' out
+    r = _unprivileged(["lint", s1], ["lint", str(open_dir / "ckpt")])
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "Permission denied" in r.stderr and "Traceback" not in r.stderr
+    assert str(open_dir / "ckpt") in r.stderr
+
+
+def test_no_writable_home_names_xdg_cache_home(s1: str, open_dir: Path) -> None:
+    home = open_dir / "home"
+    home.mkdir()
+    home.chmod(0o555)
+    env = {k: v for k, v in _env(HOME=str(home)).items() if k != "XDG_CACHE_HOME"}
+    cmd = [sys.executable, "-c", _AS_ANOTHER_USER, "lint", s1, "lint"] if os.geteuid() == 0 else [*CLI, "lint"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "XDG_CACHE_HOME" in r.stderr and "Traceback" not in r.stderr
