@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
+    NUMPY: dict[str, np.dtype]  # built by __getattr__ below on first use
+    FROM_NUMPY: dict[np.dtype, str]
+
 # Bits per element for every dtype the safetensors reference accepts (0.8).
 BITS: dict[str, int] = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,

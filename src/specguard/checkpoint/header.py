@@ -32,9 +32,11 @@ class TensorInfo(msgspec.Struct, gc=False, omit_defaults=True):
     ``offsets`` are absolute in ``file``.
     """
 
+    # The defaults stand for a missing key: each fails validation (no dtype, a negative
+    # dimension, offsets that cannot tile from 0), sending the header to the dict path.
     dtype: str = ""
-    shape: tuple[int, ...] | None = None  # None only in an entry that then fails validation
-    data_offsets: tuple[int, int] | None = None  # relative to the data section, as stored
+    shape: tuple[int, ...] = (-1,)
+    data_offsets: tuple[int, int] = (-1, -1)  # relative to the data section, as stored
     name: str = ""
     file: str = ""
     data_start: int = 0  # 8 + the header's length
@@ -118,11 +120,8 @@ def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> 
     else:
         tensors.pop("__metadata__", None)
         entries = list(tensors.values())
-        shapes = list(map(_SHAPE, entries))
-        offsets = list(map(_DATA_OFFSETS, entries))
-        if None not in shapes and None not in offsets and _valid(
-            list(map(_DTYPE, entries)), shapes, offsets, size - data_start
-        ):
+        dtypes, shapes = list(map(_DTYPE, entries)), list(map(_SHAPE, entries))
+        if _valid(dtypes, shapes, list(map(_DATA_OFFSETS, entries)), size - data_start):
             file = file or where
             for name, t in tensors.items():  # the decoded entries become the records
                 t.name = name

@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from specguard.checkpoint import cache
 from specguard.checkpoint.checkpoint import Checkpoint
@@ -109,7 +109,9 @@ class _Hub:
 
         return hf_hub_url(self.repo_id, name, revision=revision, endpoint=self.endpoint)
 
-    def request(self, method: str, url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    def request(
+        self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str] | None = None,
+    ) -> httpx2.Response:
         """One request, retried on 429 (after ``Retry-After``), 5xx and timeouts."""
         import httpx2 as httpx
         from huggingface_hub.utils import http_backoff
@@ -190,6 +192,7 @@ def _fetch(
     hub: _Hub, commit: str, index: bytes | None, progress: Progress | None,
 ) -> tuple[cache.Snapshot, list[FileHeader]]:
     """Rounds 2 and 3: the configs and every shard's header, each header parsed as it arrives."""
+    shards: dict[str, list[str]]
     if index is None:
         shards = {SINGLE: []}
     else:
@@ -287,7 +290,7 @@ def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[i
     return size, raw
 
 
-def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, object], None]) -> None:
+def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, Any], None]) -> None:
     """Run ``(fn, *args)`` jobs on the pool, handing each result (job number, result)
     to ``on_result`` as it comes. The first failure cancels what has not started
     and is raised (one bad shard, one line)."""
@@ -320,7 +323,7 @@ def _build(
     if headers is None:
         headers = [parse_header(raw, size, f"{repo_id}/{shard}", file=shard) for shard, size, raw in snapshot.shards]
     tensors = merge(headers, weight_map)
-    unindexed = ()
+    unindexed: tuple[str, ...] = ()
     if weight_map is not None and len(tensors) != len(weight_map):
         unindexed = tuple(n for n in tensors if n not in weight_map)
     configs = {n: None if raw is None else load_json(raw, f"{repo_id}/{n}") for n, raw in snapshot.configs.items()}
