@@ -198,15 +198,15 @@ def _fetch(
     else:
         weight_map, _ = load_index(index, f"{hub.repo_id}/{INDEX}")
         shards = _shards_of(weight_map, hub.repo_id)
-    with ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote") as pool:
+    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
+    try:
         configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
-        try:
-            raws, headers = _read_headers(pool, hub, commit, shards, progress)
-            config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
-        except BaseException:
-            for f in configs:
-                f.cancel()
-            raise
+        raws, headers = _read_headers(pool, hub, commit, shards, progress)
+        config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
+    except BaseException:  # a bad shard or Ctrl-C: say so now, not after the reads in flight
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return cache.Snapshot(index, config_bytes, raws), headers
 
 
