@@ -14,7 +14,8 @@ the waves of the last:
 
 What was read is cached by commit (cache.py). A repo seen before starts with a
 HEAD instead, which resolves the revision without the index's bytes: a second
-audit of the same revision costs that one request, a moved revision S + 4.
+audit of the same revision costs that one request; after a push the index then
+travels with the configs (S + 4).
 Answers are validated as strictly as local files, plus what only a server can
 get wrong: a range shorter than asked, a size that lies, an HTML page.
 """
@@ -78,12 +79,10 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
             snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, commit))
             if snapshot is not None:
                 return _build(repo_id, commit, snapshot)
-            index, _ = hub.get_file(INDEX, commit) if indexed else (None, commit)
-            if indexed and index is None:  # the HEAD saw it, the GET did not
-                raise CheckpointError(f"{repo_id}/{INDEX}", f"found at {commit}, then not found at it")
+            index, fetch_index = None, indexed  # the index travels with the configs
         else:
-            index, commit = hub.get_file(INDEX, revision)
-        snapshot, headers = _fetch(hub, commit, index, progress)
+            (index, commit), fetch_index = hub.get_file(INDEX, revision), False
+        snapshot, headers = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
         checkpoint = _build(repo_id, commit, snapshot, headers)  # validated before it is cached
     except HfHubHTTPError as e:
         raise CheckpointError(repo_id, f"HTTP error: {str(e).splitlines()[0]}") from e
@@ -189,18 +188,20 @@ def _not_html(r: httpx2.Response, where: str) -> None:
 
 
 def _fetch(
-    hub: _Hub, commit: str, index: bytes | None, progress: Progress | None,
+    hub: _Hub, commit: str, index: bytes | None, progress: Progress | None, *, fetch_index: bool = False,
 ) -> tuple[cache.Snapshot, list[FileHeader]]:
-    """Rounds 2 and 3: the configs and every shard's header, each header parsed as it arrives."""
-    shards: dict[str, list[str]]
-    if index is None:
-        shards = {SINGLE: []}
-    else:
-        weight_map, _ = load_index(index, f"{hub.repo_id}/{INDEX}")
-        shards = _shards_of(weight_map, hub.repo_id)
+    """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
+    HEAD) together, then every shard's header, each parsed as it arrives."""
     pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
     try:
         configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
+        if fetch_index:
+            index = pool.submit(hub.get_file, INDEX, commit).result()[0]
+            if index is None:  # the HEAD saw it, the GET did not
+                raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
+        shards: dict[str, list[str]] = {SINGLE: []}
+        if index is not None:
+            shards = _shards_of(load_index(index, f"{hub.repo_id}/{INDEX}")[0], hub.repo_id)
         raws, headers = _read_headers(pool, hub, commit, shards, progress)
         config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
     except BaseException:  # a bad shard or Ctrl-C: say so now, not after the reads in flight
