@@ -63,6 +63,12 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     return run_fix(args)
 
 
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from specguard.commands.watch import run_watch
+
+    return run_watch(args)
+
+
 def _demo(argv: list[str]) -> int:
     try:
         from specguard.engine.demo import main as demo_main
@@ -158,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vLLM platform classes the repair must route right on (default: all)")
     p.add_argument("--diff", action="store_true", help="print the config change (and a --hf-overrides JSON)")
     p.set_defaults(func=_cmd_fix)
+
+    p = _command(sub, "watch", "speculative-decoding health of a running vLLM server, from its /metrics",
+                 "--once: a model alerts (0: healthy or too idle to judge; 2 also: the server cannot be watched)")
+    from specguard.commands.watch import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_watch)
 
     sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch; "
                                 "`specguard demo --help`)")

@@ -56,6 +56,8 @@ def run_fix(args: argparse.Namespace) -> int:
         _print_diff(plan, out)
         if out is None:
             return EXIT_OK
+    if out is None:
+        raise UsageError("fix needs --out DIR (or --diff to print the config change)")
     checked = []
     results = write_repair(plan, out, lambda paths: checked.append(
         verify(paths, platforms, args.draft_method, lint_check)))

@@ -12,7 +12,7 @@ Nothing is written here: ``repair.write`` turns the plan into a directory.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +97,7 @@ class Overlay:
 
     def add_entries(self, key: str, entries: Sequence[str], why: str) -> None:
         block, file = self.quant_block()
-        have = block.get(key) if isinstance(block.get(key), list) else []
+        have = _entries(block, key)
         new = [e for e in entries if e not in have]
         if new:
             block[key] = [*have, *new]
@@ -105,7 +105,7 @@ class Overlay:
 
     def drop_entries(self, key: str, entries: Sequence[str], why: str) -> None:
         block, file = self.quant_block()
-        have = block.get(key) if isinstance(block.get(key), list) else []
+        have = _entries(block, key)
         gone = [e for e in have if e in entries]
         if gone:
             block[key] = [e for e in have if e not in entries]
@@ -116,6 +116,8 @@ class Overlay:
     def set_key(self, key: str, value: Any, why: str) -> None:
         """A top-level key of config.json's text config (``num_nextn_predict_layers``)."""
         holder = text_config(self.config)
+        if not isinstance(holder, dict):
+            raise Unrepairable(f"{self.checkpoint.name} [config.json]", "the text config is not an object")
         if holder.get(key) != value:
             holder[key] = value
             self.changes.append(Change("config.json", key, "=", (value,), why))
@@ -184,3 +186,9 @@ def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequenc
         p = left[0]
         raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {p.platform}: {p.route.reason}")
     return plan
+
+
+def _entries(block: Mapping[str, Any], key: str) -> list[Any]:
+    """The list under ``key`` (absent or not a list: empty)."""
+    value = block.get(key)
+    return list(value) if isinstance(value, list) else []

@@ -82,8 +82,9 @@ def decode_bf16(checkpoint: Checkpoint, module: Module) -> np.ndarray:
 
 def write_shard(checkpoint: Checkpoint, shard: str, entries: list[Entry], dest: Path) -> int:
     """Write the shard; returns its size in bytes."""
+    root = local_root(checkpoint)
     header: dict[str, object] = {}
-    meta = _metadata(checkpoint.root / shard)
+    meta = _metadata(root / shard)
     if meta:
         header["__metadata__"] = meta
     offset = 0
@@ -92,7 +93,7 @@ def write_shard(checkpoint: Checkpoint, shard: str, entries: list[Entry], dest: 
         offset += e.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    with open(dest, "wb") as f, open(checkpoint.root / shard, "rb") as src:
+    with open(dest, "wb") as f, open(root / shard, "rb") as src:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for e in entries:
@@ -108,6 +109,8 @@ def _bytes(checkpoint: Checkpoint, src, e: Entry) -> Iterator[bytes]:
             raise NotExact(e.name, f"decoded shape {b.shape}, expected {e.shape}; nothing written")
         yield b.tobytes()
         return
+    if e.source is None:
+        raise NotExact(e.name, "neither a module to decode nor stored bytes to copy; nothing written")
     begin, end = e.source.offsets
     src.seek(begin)
     while begin < end:
@@ -122,3 +125,10 @@ def _metadata(path: Path) -> dict | None:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         return json.loads(f.read(n)).get("__metadata__")
+
+
+def local_root(checkpoint: Checkpoint) -> Path:
+    """The checkpoint's directory; a repair links and copies local files only."""
+    if checkpoint.root is None:
+        raise CheckpointError(checkpoint.name, "a remote checkpoint cannot be repaired into a directory (use --diff)")
+    return checkpoint.root

@@ -30,7 +30,7 @@ Check = Callable[[list[Resolver], str], Sequence[str]]  # raises RepairFailed, o
 
 def verify(paths: Mapping[str, Path], platforms: Sequence[str], draft_method: str | None = None,
            check: Check | None = None) -> Verified:
-    modules, notes = 0, set()
+    modules, notes = 0, set[str]()
     for platform in platforms:
         target = open_checkpoint(paths[TARGET])
         drafter = open_checkpoint(paths[DRAFTER]) if DRAFTER in paths else None

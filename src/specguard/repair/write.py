@@ -123,7 +123,7 @@ def same_tree(a: Path, b: Path) -> bool:
 
 def _write_overlay(ov: Overlay, dest: Path) -> Written:
     dest.mkdir(parents=True)
-    root = ov.checkpoint.root
+    root = sh.local_root(ov.checkpoint)
     result = Written(ov, dest)
     modules = _modules(ov)
     rewritten = sorted({t.file for m in modules.values() for t in m.params.values()})

@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from specguard.integrations.vllm import safety
 from specguard.integrations.vllm.settings import FIX, GUARD_ENV, RAISE, current
@@ -146,7 +146,7 @@ class DraftGuard:
         self._guard.__enter__()
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         try:
             self._guard.__exit__(exc_type, exc, tb)
         except Exception as own:

@@ -128,7 +128,7 @@ def _experts_method(stored: Scheme, fmt: str, config: Any, layer: Any) -> Any | 
         from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
 
         return ModelOptNvFp4FusedMoE(quant_config=_nvfp4_config(config), moe_config=layer.moe_config)
-    if fmt == s.FP8_BLOCK and _vllm_fp8_names(stored):
+    if fmt == s.FP8_BLOCK and stored.block and _vllm_fp8_names(stored):
         from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
 
         return Fp8MoEMethod(_fp8_block_config(config, stored.block), layer)
@@ -140,7 +140,7 @@ def _linear_method(stored: Scheme, fmt: str, config: Any) -> Any | None:
         from vllm.model_executor.layers.linear import UnquantizedLinearMethod
 
         return UnquantizedLinearMethod()
-    if fmt == s.FP8_BLOCK and _vllm_fp8_names(stored):
+    if fmt == s.FP8_BLOCK and stored.block and _vllm_fp8_names(stored):
         from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod
 
         return Fp8LinearMethod(_fp8_block_config(config, stored.block))

@@ -113,12 +113,12 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
 
     def _is_nvfp4_expert_layer(self: Any, prefix: str) -> bool:
         if _state.vanilla or current().mode != FIX:
-            return vllm_call(original, self, prefix)  # type: ignore[no-any-return]
+            return vllm_call(original, self, prefix)
         source = checkpoint_of(self)
         answer = disk.stored(source, prefix, draft_method()) if source else None
         if answer is not None and answer.format in ("nvfp4", "mxfp4"):
             return answer.format == "nvfp4"
-        return vllm_call(original, self, prefix)  # type: ignore[no-any-return]
+        return vllm_call(original, self, prefix)
 
     return safety.method(f"{_owner(original)}._is_nvfp4_expert_layer", _is_nvfp4_expert_layer, original,
                          _unpatched(original))
@@ -126,7 +126,7 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
 
 def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..., Any]) -> Any:
     """vLLM's method for ``layer`` unless the disk stores another format (see module doc)."""
-    source = checkpoint_of(config)
+    source = checkpoint_of(config) or ""
     answer = disk.stored(source, prefix, draft_method()) if source else None
     try:
         with vanilla():

@@ -19,13 +19,18 @@ def misrouted(p: Problem) -> bool:
 def mxfp4_experts_built_nvfp4(p: Problem) -> bool:
     """S1/S4: DeepSeek-V4 routed experts stored MXFP4, built NVFP4 by the global ``moe_quant_algo``."""
     rt = p.route
-    return (misrouted(p) and rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4
+    if not misrouted(p) or rt.stored is None or rt.vllm is None:
+        return False
+    return (rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4
             and rt.vllm.scheme.format == s.NVFP4 and rt.vllm.quant_config in (V4_CLASS, V41_CLASS))
 
 
 def stored_plain_built_quantized(p: Problem) -> bool:
     """S2: a module stored BF16/FP16/FP32 that the config makes the engine build quantized."""
-    return misrouted(p) and not p.route.stored.quantized and p.route.vllm.scheme.quantized
+    rt = p.route
+    if not misrouted(p) or rt.stored is None or rt.vllm is None:
+        return False
+    return not rt.stored.quantized and rt.vllm.scheme.quantized
 
 
 def by_module(problems: Iterable[Problem]) -> dict[tuple[int, str], list[Problem]]:

@@ -19,7 +19,8 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     for p in absent:
         cfg = text_config(p.overlay.config)
         layout = p.resolver.layout
-        stored = sorted({layout.role(m).layer for m in p.resolver.table.modules if layout.role(m).is_draft})
+        roles = [layout.role(m) for m in p.resolver.table.modules]
+        stored = sorted({role.layer for role in roles if role.is_draft and role.layer is not None})
         if stored != list(layout.draft_layers[: len(stored)]) or "num_nextn_predict_layers" not in cfg \
                 or "dspark_target_layer_ids" in cfg:
             raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
+from specguard.declared.model import Semantics
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
@@ -75,7 +76,7 @@ def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[st
         quantized = [rt for rt in resolver.routes() if rt.prefix.startswith(parent + ".")
                      and rt.kind in QUANTIZABLE and (rt.stored is None or rt.stored.quantized)]
         if len(members) > 1 and not quantized:
-            out += Pattern(parent, semantics, "").propose(members)
+            out += Pattern(parent, Semantics(semantics), "").propose(members)
         else:  # an exact name matches itself in both stacks (propose would widen it to the layer)
             out += members
     return list(dict.fromkeys(out))
