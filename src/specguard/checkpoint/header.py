@@ -86,10 +86,14 @@ def read_header(path: str | os.PathLike[str], display: str | None = None) -> Fil
 
 
 def check_header_length(n: int, size: int, where: str) -> None:
+    # A safetensors file starts with the 8-byte length of a JSON header; any other
+    # file (text, a pickle, an HTML error page) fails here first: say which it is not.
     if n > MAX_HEADER:
-        raise CheckpointError(where, f"header length {n} exceeds the {MAX_HEADER}-byte limit")
+        raise CheckpointError(where, f"not a safetensors file (its first 8 bytes give a header length of {n}, "
+                                     f"which exceeds the {MAX_HEADER}-byte limit)")
     if 8 + n > size:
-        raise CheckpointError(where, f"header length {n} runs past the end of the file ({size} bytes)")
+        raise CheckpointError(where, f"not a safetensors file, or truncated (header length {n} runs past "
+                                     f"the end of the file, {size} bytes)")
 
 
 class _Metadata(msgspec.Struct, rename={"metadata": "__metadata__"}):

@@ -26,6 +26,7 @@ from specguard.checkpoint.index import (
     load_json,
     merge,
 )
+from specguard.errors import UsageError
 
 __all__ = ["Checkpoint", "Progress", "gc_paused", "open_checkpoint"]
 
@@ -40,11 +41,23 @@ def open_checkpoint(
     revision: str | None = None,
     remote: bool = False,
     progress: Progress | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    follow_links: bool = False,
 ) -> Checkpoint:
-    """Open a local path, a HF repo id from the local cache, or (``remote``) its headers."""
+    """Open a local path, a HF repo id from the local cache, or (``remote``) its headers.
+
+    ``cache_dir``: the Hugging Face cache to resolve a repo id in (default: the
+    user's; vLLM's ``--download-dir``). ``follow_links``: read shards that are
+    symlinks out of the directory, as an engine loading the checkpoint does
+    (models kept on another disk); the CLI refuses them, reading only what the
+    checkpoint's own directory holds.
+    """
     path = Path(source)
     if path.exists():
-        return _open_local(path, str(source), progress)
+        if revision:
+            raise UsageError(f"--revision {revision} applies to a Hugging Face repo id; "
+                             f"{source} is a local path")
+        return _open_local(path, str(source), progress, follow_links)
     if not _REPO_ID.match(str(source)):
         raise CheckpointError(str(source), "no such file or directory")
     if remote:
@@ -52,7 +65,7 @@ def open_checkpoint(
 
         with gc_paused():
             return open_remote(str(source), revision, progress)
-    return _open_local(_from_hf_cache(str(source), revision), str(source), progress)
+    return _open_local(_from_hf_cache(str(source), revision, cache_dir), str(source), progress, follow_links)
 
 
 @contextmanager
@@ -69,20 +82,20 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _open_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
+def _open_local(path: Path, name: str, progress: Progress | None, follow_links: bool = False) -> Checkpoint:
     with gc_paused():
-        return _read_local(path, name, progress)
+        return _read_local(path, name, progress, follow_links)
 
 
-def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
+def _read_local(path: Path, name: str, progress: Progress | None, follow_links: bool) -> Checkpoint:
     if path.is_file():
-        header = read_header(path, path.name)
+        header = _header(path.parent, path.name)
         return Checkpoint(name, path.parent, (path.name,), header.tensors)
     root = path
-    files, weight_map, meta = _shard_list(root)
+    files, weight_map, meta = _shard_list(root, follow_links)
     headers: list[FileHeader] = []
     for i, f in enumerate(files):
-        headers.append(read_header(root / f, f))
+        headers.append(_header(root, f))
         if progress:
             progress(i + 1, len(files))
     tensors = merge(headers, weight_map)
@@ -97,12 +110,22 @@ def _read_local(path: Path, name: str, progress: Progress | None) -> Checkpoint:
                                     if p.name not in named and p.is_file()))
         files = [*files, *unreferenced]
         for f in unreferenced:
-            outside += _outside_index(read_header(root / f, f), tensors)
+            outside += _outside_index(_header(root, f), tensors)
     return Checkpoint(
         name, root, tuple(files), tensors, _json_file(root, CONFIG),
         _json_file(root, HF_QUANT_CONFIG), index=index, unindexed=unindexed or (),
         unreferenced=unreferenced or (), outside_index=tuple(outside),
     )
+
+
+def _header(root: Path, shard: str) -> FileHeader:
+    """A shard's header; an error names the file with its directory (tensors keep the shard name)."""
+    try:
+        return read_header(root / shard, shard)
+    except CheckpointError as e:
+        if e.where != shard:
+            raise
+        raise CheckpointError(str(root / shard), e.what) from e
 
 
 def _outside_index(header: FileHeader, tensors: dict[str, TensorInfo]) -> list[str]:
@@ -115,7 +138,7 @@ def _outside_index(header: FileHeader, tensors: dict[str, TensorInfo]) -> list[s
     return added
 
 
-def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
+def _shard_list(root: Path, follow_links: bool) -> tuple[list[str], dict[str, str] | None, dict]:
     """Shards to read, the index's weight_map (None without an index) and its metadata."""
     if (root / INDEX).exists():
         try:
@@ -126,7 +149,7 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
         files = sorted(set(weight_map.values()))
         real_root = root.resolve()
         for f in files:
-            _check_inside(root, real_root, f)
+            _check_inside(root, real_root, f, follow_links)
         return files, weight_map, meta
     if (root / SINGLE).is_file():
         return [SINGLE], None, {}
@@ -136,13 +159,13 @@ def _shard_list(root: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     return files, None, {}
 
 
-def _check_inside(root: Path, real_root: Path, shard: str) -> None:
+def _check_inside(root: Path, real_root: Path, shard: str, follow_links: bool) -> None:
     """A shard name must stay inside the checkpoint directory (hostile indexes)."""
     where = f"{root / INDEX} [{shard}]"
     if escapes(shard):
         raise CheckpointError(where, "shard path escapes the checkpoint directory")
     real = (root / shard).resolve()
-    if not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real) \
+    if not follow_links and not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real) \
             and not _is_overlay_link(root / shard):
         raise CheckpointError(where, "shard is a symlink that escapes the checkpoint directory")
     if not real.is_file():
@@ -176,7 +199,7 @@ def _json_file(root: Path, name: str) -> dict | None:
     return load_json(raw, str(p))
 
 
-def _from_hf_cache(repo_id: str, revision: str | None) -> Path:
+def _from_hf_cache(repo_id: str, revision: str | None, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Snapshot folder of a cached repo, without touching the network."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -185,10 +208,13 @@ def _from_hf_cache(repo_id: str, revision: str | None) -> Path:
         return Path(
             snapshot_download(
                 repo_id, revision=revision, local_files_only=True,
+                cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
                 allow_patterns=["*.json", "*.safetensors"],
             )
         )
     except LocalEntryNotFoundError as e:
+        what = f"revision {revision!r} is" if revision else "it is"
+        where = f" at {cache_dir}" if cache_dir else ""
         raise CheckpointError(
-            repo_id, "not in the local Hugging Face cache (pass --remote to read headers over HTTP)"
+            repo_id, f"{what} not in the local Hugging Face cache{where} (pass --remote to read headers over HTTP)"
         ) from e
