@@ -131,10 +131,10 @@ def test_one_block_fp8_weight_has_both_readings():
     from specguard.checkpoint.header import TensorInfo
     from specguard.formats.classify import classify_params
 
-    w = TensorInfo("m.weight", "F8_E4M3", (128, 128), "f", (0, 128 * 128))
-    sc = TensorInfo("m.weight_scale_inv", "F32", (1, 1), "f", (0, 4))
+    w = TensorInfo("F8_E4M3", (128, 128), (0, 128 * 128), name="m.weight", file="f")
+    sc = TensorInfo("F32", (1, 1), (0, 4), name="m.weight_scale_inv", file="f")
     got = classify_params({"weight": w, "weight_scale_inv": sc}).scheme
     assert got.format == "fp8_tensor" and got.fits("fp8_block")
     assert got.reading("fp8_block").block == (128, 128) and got.reading("fp8_block").fits("fp8_tensor")
-    scalar = classify_params({"weight": w, "weight_scale_inv": TensorInfo("s", "F32", (), "f", (0, 4))}).scheme
+    scalar = classify_params({"weight": w, "weight_scale_inv": TensorInfo("F32", (), (0, 4), name="s")}).scheme
     assert not scalar.fits("fp8_block")  # a scalar cannot load into a [1, 1] block-scale parameter
