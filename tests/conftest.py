@@ -38,5 +38,5 @@ def resolvers_for(info):
     method = info.facts.get("draft_kind")
     if info.drafter_path is None:
         return [Resolver.open(info.path, draft_method=method if method == "dspark" else None)]
-    target = Resolver.open(info.path)
+    target = Resolver.open(info.path, own_draft=False)
     return [target, Resolver.open(info.drafter_path, draft_method=method, target=target)]

@@ -32,6 +32,18 @@ def test_inspect_route_lint_on_s1(scenarios, capsys):
     assert _snapshot(s1) == before  # nothing written into the checkpoint
 
 
+def test_inspect_settles_u8_scales_as_route_does(scenarios, capsys):
+    """A U8 scale is not left ``ambiguous``: inspect reads its first 4 KiB, as route does."""
+    s1u8 = str(scenarios["s1-u8"].path)
+    main(["inspect", s1u8, "--json"])
+    mods = json.loads(capsys.readouterr().out)["records"]
+    draft = {m["format"] for m in mods if m["role"] == "draft" and ".experts." in m["module"]}
+    assert draft == {"mxfp4"}
+    main(["route", s1u8, "--json", "--all"])
+    routes = json.loads(capsys.readouterr().out)["records"]
+    assert {r["stored"]["format"] for r in routes if r["runtime_prefix"] == "model.layers.2.ffn.experts"} == {"mxfp4"}
+
+
 def test_json_outputs_parse(scenarios, capsys):
     s1 = str(scenarios["s1"].path)
     main(["inspect", s1, "--json"])

@@ -10,26 +10,29 @@ and routes by its own disk and config, never by the target's.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
+from specguard.declared.index import NameIndex
 from specguard.engines import EngineChoice, EngineModel
 from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
-from specguard.formats.settle import settle
+from specguard.formats.settle import name_convention, settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
-from specguard.layouts.roles import ModuleKind
+from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
+from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
 
@@ -63,6 +66,7 @@ class Route:
     reason: str
     missing: tuple[str, ...] = ()  # tensors the build needs that the disk lacks
     unmatched: tuple[str, ...] = ()  # patterns that match this module's checkpoint names only
+    shards: tuple[str, ...] = ()  # a fused layer's shard prefixes, as the engine tests exclusions on them
     sniff: Sniff | None = field(default=None, compare=False)
 
     @property
@@ -78,18 +82,31 @@ class Resolver:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
-                 target: Resolver | None = None, platform: str = "cuda") -> None:
+                 target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None,
+                 table: ModuleTable | None = None) -> None:
         """``target``: for a separate drafter checkpoint (DSpark/EAGLE
         ``speculative_config.model``), the target it drafts for. The drafter's
         stored and declared schemes come from its own files; only vLLM's
-        choice (which reuses the target's quant config) needs the target."""
+        choice (which reuses the target's quant config) needs the target.
+        ``own_draft``: whether this checkpoint's own draft layers (MTP/DSpark
+        stored beside the target) are served; False when the draft comes from
+        another checkpoint (an EAGLE head, ``--draft``): the target model skips
+        them on load (deepseek_v2.py ``load_weights``: spec layers ``continue``)
+        and no draft model is built from them. Default: False for a target
+        served with ``draft_method="eagle"``, else True."""
+        if own_draft is None:
+            own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
+                             and not is_eagle_drafter(checkpoint.config or {}))
+        self.own_draft = own_draft
+        self.draft_method = draft_method
         self.checkpoint = checkpoint
-        self.table: ModuleTable = classify(checkpoint)
+        self.table: ModuleTable = table if table is not None else classify(checkpoint)
         self.config: Mapping = checkpoint.config or {}
         self.target = target
         try:
+            external = not own_draft and target is None  # laid out as itself, its draft served elsewhere
             self.layout: Layout = layout_for(
-                dict(self.config), draft_method=draft_method,
+                dict(self.config), draft_method=None if external else draft_method,
                 target_config=dict(target.config) if target is not None else None,
             )
         except LayoutError as e:  # too little said, or counts no model has
@@ -113,6 +130,8 @@ class Resolver:
                                 draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups = self.layout.group_by_runtime_prefix(self.table.modules)
+        if not self.own_draft:  # stored, never loaded: not part of what this serve builds
+            self._groups = {p: ns for p, ns in self._groups.items() if not self.layout.role(ns[0]).is_draft}
         self._alias: dict[str, str] = {}
         for prefix, names in self._groups.items():
             for name in names:
@@ -127,20 +146,31 @@ class Resolver:
     @classmethod
     def open(cls, source: str | os.PathLike[str], *, revision: str | None = None, remote: bool = False,
              draft_method: str | None = None, target: Resolver | None = None,
-             platform: str = "cuda") -> Resolver:
+             platform: str = "cuda", cache_dir: str | os.PathLike[str] | None = None,
+             follow_links: bool = False, own_draft: bool | None = None) -> Resolver:
         """One header pass per checkpoint per process (memoized, thread-safe).
 
         ``source``: a local directory or file, or a HF repo id resolved
-        through the local HF cache (``remote=True``: headers over HTTP)."""
+        through the local HF cache (``cache_dir``: another one) or, with
+        ``remote=True``, headers over HTTP. ``follow_links``: see ``open_checkpoint``."""
         p = Path(source)
         where = str(p.resolve()) if p.exists() else str(source)
-        key = (where, revision, remote, draft_method, id(target), platform)
+        key = (where, revision, remote, draft_method, id(target), platform, str(cache_dir), follow_links, own_draft)
         with cls._lock:
             hit = cls._cache.get(key)
             if hit is None:
-                ckpt = open_checkpoint(source, revision=revision, remote=remote)
-                hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform)
+                ckpt = open_checkpoint(source, revision=revision, remote=remote, cache_dir=cache_dir,
+                                       follow_links=follow_links)
+                hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform,
+                                            own_draft=own_draft)
             return hit
+
+    def with_configs(self, config: Mapping, hf_quant_config: Mapping | None) -> Resolver:
+        """The same checkpoint routed under other config files (a proposed fix applied):
+        the headers and their classification are shared, nothing is re-read."""
+        ckpt = replace(self.checkpoint, config=config, hf_quant_config=hf_quant_config)
+        return Resolver(ckpt, draft_method=self.draft_method, target=self.target, platform=self.platform,
+                        own_draft=self.own_draft, table=self.table)
 
     @classmethod
     def clear_cache(cls) -> None:
@@ -221,11 +251,15 @@ class Resolver:
 
     def _stored(self, mods: list[Module], claim: Scheme | None = None) -> tuple[Scheme | None, Sniff | None]:
         settled = [settle(self.checkpoint, m, claim) for m in mods]
-        schemes = [sc for sc, _ in settled]
+        stack = self.declared_config.stack
+        schemes = [name_convention(sc, stack) for sc, _ in settled]
         sniff = next((sn for _, sn in settled if sn is not None), None)
         formats = {sc.format for sc in schemes}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
+        common = sorted(f for f in formats if all(sc.fits(f) for sc in schemes))
+        if common:  # shards stored alike under one of their readings (a one-block shard beside a wider one)
+            return schemes[0].reading(common[0]), sniff
         parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
         return Scheme(s.MIXED, reason=parts), sniff
 
@@ -236,21 +270,28 @@ class Resolver:
             return self._absent(prefix)
         first = names[0]
         role, kind = self.layout.role(first), self.layout.module_kind(first)
-        declared = self.declared_config.scheme_for(prefix, kind=kind)
+        model = self._vllm_model if role.is_draft else None
+        shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
+        declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
         stored, sniff = self._stored(mods, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
-        vllm = self.vllm.builds(prefix, kind=kind, model=self._vllm_model if role.is_draft else None)
+        if stored is not None and not stored.quantized and not declared.quantized:
+            declared = replace(declared, scheme=stored)  # "keep it unquantized" keeps its dtype: F32 stays F32
+        vllm = self.vllm.not_built(prefix, model) or self.vllm.builds(prefix, kind=kind, model=model)
+        if stored is not None and stored.readings:  # the bytes fit several schemes: the claim wins if among them
+            stored = stored.reading(declared.scheme.format if stored.fits(declared.scheme.format)
+                                    else vllm.scheme.format)
         missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
-        unmatched = self._unmatched(first, prefix, kind) if quantizable else ()
+        unmatched = self._unmatched(first, kind, shards) if quantizable else ()
         verdict, reason = _verdict(stored, declared, vllm, missing, unmatched, engine=self.vllm.name)
         refusal = self._refusal(names)
         if refusal is not None:
             verdict, reason = REFUSED, f"{self.vllm.name} stops at {refusal.stage}: {refusal.raises}"
         return Route(prefix, role, kind, stored, declared, vllm, tuple(names), verdict, reason,
-                     missing, unmatched, sniff)
+                     missing, unmatched, shards, sniff)
 
     def _refusal(self, names: list[str]):
         """The engine's refusal that concerns these modules: a start-up one concerns every
@@ -260,19 +301,29 @@ class Resolver:
         hit = set(names)
         return next((x for x in self._refusals if not x.names or hit & set(x.names)), None)
 
-    def _unmatched(self, name: str, prefix: str, kind: str) -> tuple[str, ...]:
-        """Exclusion patterns that match the checkpoint name but no runtime spelling:
-        the author meant this module, the engine will never see it matched."""
+    def _unmatched(self, name: str, kind: str, shards: tuple[str, ...]) -> tuple[str, ...]:
+        """Exclusion patterns that match the checkpoint name but nothing the engine tests:
+        no runtime spelling and, for a fused layer, no shard (the author meant this
+        module, the engine will never see it matched)."""
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
-        for pat in self.declared_config.exclusions:
+        for pat, hits in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
+            if name not in hits:
+                continue
             if pat.semantics == FNMATCHCASE and kind != ModuleKind.ROUTED_EXPERTS:
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
-            if pat.matches(name) and not any(pat.matches(p) for p in engine):
+            if not any(pat.matches(p) for p in engine) and not any(pat.matches_shard(sh) for sh in shards):
                 out.append(str(pat))
         return tuple(out)
+
+    @functools.cached_property
+    def _exclusion_hits(self) -> list[frozenset[str]]:
+        """The checkpoint module names each exclusion entry matches, found once per entry
+        (declared/index.py) instead of once per entry per module."""
+        index = NameIndex(self.table.modules)
+        return [frozenset(index.matching(pat)) for pat in self.declared_config.exclusions]
 
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)
@@ -280,6 +331,8 @@ class Resolver:
                      MISSING, "no tensor on disk maps to this runtime prefix")
 
     def _missing_draft_layers(self) -> list[int]:
+        if not self.own_draft:
+            return []
         present = {r.layer for r in (self.layout.role(n) for n in self.table.modules) if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 

@@ -408,3 +408,32 @@ def test_eagle_drafter_routes_by_its_own_config():
     v = Vllm033(target, draft_method="eagle3", draft_config=drafter)
     assert v.builds("model.layers.32.self_attn.qkv_proj", kind="linear").method == "UnquantizedLinearMethod"
     assert v.builds("model.layers.3.self_attn.qkv_proj", kind="linear").scheme.format == s.FP8_BLOCK
+
+
+def test_dspark_heads_are_built_as_the_dspark_models_build_them():
+    """qwen3_dspark.py: the Markov head's markov_w1 is an nn.Embedding and the confidence
+    head a float32 ReplicatedLinear, both without a quant config; markov_w2 is a
+    ParallelLMHead that Qwen3 DSpark gives its quant config and DeepSeek-V4's DSpark
+    (deepseek_v4/nvidia/dspark.py builds DSparkMarkovHead without one) does not."""
+    import inspect
+
+    import vllm.model_executor.models.qwen3_dspark as q3
+    from vllm.models.deepseek_v4.nvidia.dspark import DSparkDeepseekV4Model
+
+    from specguard.engines.vllm.v0_33 import Vllm033
+
+    def markov_call(src: str) -> str:  # the arguments of the DSparkMarkovHead(...) call
+        return src.split("DSparkMarkovHead(", 1)[1].split("\n        )", 1)[0]
+
+    assert "quant_config=self.quant_config" in markov_call(inspect.getsource(q3.Qwen3DSparkModel.__init__))
+    assert "quant_config" not in markov_call(inspect.getsource(DSparkDeepseekV4Model.__init__))
+    qwen = Vllm033({"model_type": "qwen3", "num_hidden_layers": 2,
+                    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})
+    v4 = Vllm033({"model_type": "deepseek_v4", "num_hidden_layers": 2, "expert_dtype": "fp4",
+                  "dspark_target_layer_ids": [0, 1],
+                  "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})
+    for engine in (qwen, v4):
+        assert engine.built_without_quant_config("model.markov_head.markov_w1", "embedding")
+        assert engine.built_without_quant_config("model.confidence_head.proj", "linear")
+    assert not qwen.built_without_quant_config("model.markov_head.markov_w2", "head")
+    assert v4.built_without_quant_config("model.markov_head.markov_w2", "head")

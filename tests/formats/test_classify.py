@@ -125,3 +125,17 @@ def test_kv_scales_and_standalone_tensors(tmp_path):
     assert table["model.layers.0.self_attn"].scheme.format == s.FP8_KV
     assert table["layers.0.attn.attn_sink"].scheme.format == s.FP32
     assert table["layers.0.ffn.gate.tid2eid"].scheme.format == s.PLAIN_TENSOR
+
+
+def test_one_block_fp8_weight_has_both_readings():
+    """A 128x128 FP8 weight with a [1, 1] scale is per-tensor and one 128x128 block alike."""
+    from specguard.checkpoint.header import TensorInfo
+    from specguard.formats.classify import classify_params
+
+    w = TensorInfo("F8_E4M3", (128, 128), (0, 128 * 128), name="m.weight", file="f")
+    sc = TensorInfo("F32", (1, 1), (0, 4), name="m.weight_scale_inv", file="f")
+    got = classify_params({"weight": w, "weight_scale_inv": sc}).scheme
+    assert got.format == "fp8_tensor" and got.fits("fp8_block")
+    assert got.reading("fp8_block").block == (128, 128) and got.reading("fp8_block").fits("fp8_tensor")
+    scalar = classify_params({"weight": w, "weight_scale_inv": TensorInfo("F32", (), (0, 4), name="s")}).scheme
+    assert not scalar.fits("fp8_block")  # a scalar cannot load into a [1, 1] block-scale parameter

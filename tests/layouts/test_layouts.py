@@ -48,7 +48,11 @@ def test_layout_for_picks_family_and_draft():
     assert layout_for(V4).draft_layers == range(43, 44)
     dspark = layout_for(V4_DSPARK)
     assert dspark.draft_kind == r.DSPARK and dspark.draft_layers == range(43, 46)
-    assert layout_for(V4, draft_method="dspark").num_draft_layers == 1
+    # DSpark counts its own stages: deepseek_v4/nvidia/dspark.py ``n_mtp_layers or 3`` (never
+    # num_nextn_predict_layers); deepseek_v41 ``n_mtp_layers or num_nextn_predict_layers or 3``
+    assert layout_for(V4, draft_method="dspark").num_draft_layers == 3
+    assert layout_for({**V4, "n_mtp_layers": 2}, draft_method="dspark").num_draft_layers == 2
+    assert layout_for({**V4, "model_type": "deepseek_v41"}, draft_method="dspark").num_draft_layers == 1
     assert isinstance(layout_for(V3), DeepseekV3Layout)
     assert isinstance(layout_for({"model_type": "glm4_moe", "num_hidden_layers": 46}), GenericLayout)
 
@@ -64,6 +68,9 @@ def test_layout_for_rejects_what_it_cannot_lay_out():
         layout_for({"model_type": "deepseek_v4"})
     with pytest.raises(LayoutError, match="target"):
         layout_for(V4, draft_method="eagle3")
+    # an EAGLE head's own config says it is a drafter
+    eagle = layout_for({"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1})
+    assert eagle.family == "eagle" and eagle.role("midlayer.mlp.up_proj").is_draft
     with pytest.raises(LayoutError, match="speculative method"):
         layout_for(V4, draft_method="medusa")
 

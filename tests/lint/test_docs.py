@@ -149,6 +149,11 @@ def _unshared_w13(ts: dict) -> None:
             ts[f"{m}.{k}"] = a
 
 
+def _drop_e_proj(ts: dict) -> None:
+    for n in [n for n in ts if n.startswith("mtp.0.e_proj.")]:
+        del ts[n]
+
+
 def _stray_mtp_shard(d: Path) -> None:
     """Move the MTP tensors into a shard the index never names."""
     moved, weight_map, total = {}, {}, 0
@@ -228,6 +233,9 @@ VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "s3-mixed-wqa-wkv": ("s3", lambda d: _edit_tensors(d, _bf16_wkv)),
     "s1-unshared-w13": ("s1", lambda d: _edit_tensors(d, _unshared_w13)),
     "s1-stray-shard": ("s1", _stray_mtp_shard),
+    "s1-no-e_proj": ("s1", lambda d: _edit_tensors(d, _drop_e_proj)),
+    "mo_nvfp4-stale-config": ("mo_nvfp4", lambda d: _edit_config(
+        d, lambda c: c["quantization_config"].update(ignore=["model.embed_tokens", "model.layers.1.mlp.gate"]))),
     "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
     "q2-fixed": ("q2", _index_extra_file),
     "q3-fixed": ("q3", lambda d: _edit_tensors(d, _expert_first)),

@@ -68,9 +68,11 @@ def test_dead_ignore_pattern_proposes_runtime_names(scenarios):
     s2 = next(f for f in lint(resolvers_for(scenarios["s2"])).findings if f.code == "SG101")
     assert s2.data["pattern"] == r"re:.*mtp\..*"
     assert all(p.startswith("model.layers.") for p in s2.data["runtime_prefixes"])
-    assert "match the runtime prefixes instead" in s2.fix
+    assert 'replace config.json quantization_config.ignore[1] by "re:model' in s2.fix
+    assert s2.data["edits"] == [{"file": "config.json", "path": ["quantization_config", "ignore"], "op": "splice",
+                                 "value": [r"re:model\.layers\.2\."], "index": 1}]
     s1 = next(f for f in lint(resolvers_for(scenarios["s1"])).findings if f.code == "SG101")
-    assert s1.data["pattern"] == "mtp.*" and '"ignore": ["mtp.*"]' in s1.fix
+    assert s1.data["pattern"] == "mtp.*" and 'add "mtp.*" to config.json quantization_config.ignore' in s1.fix
 
 
 def test_header_only_rules_read_no_bytes(scenarios):
@@ -107,3 +109,69 @@ def test_the_fix_lint_recommends_for_s1_clears_it(scenarios, tmp_path):
     r = Resolver.open(fixed)
     assert [f.code for f in lint([r]).findings] == []
     assert all(rt.verdict == "ok" for rt in r.routes())
+
+
+# Issue 12 item 1: other shapes than the factory's default. "one-block": every FP8 weight
+# fits one 128x128 block (a [1, 1] scale reads per-tensor and block-wise alike: the claim
+# wins); "odd": dims that are not multiples of the block (partial edge blocks).
+SIZED = ["s1", "s1-u8", "s2", "s3", "s3-fp8", "s6", "s8-nvfp4"]
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    from specguard.factory import write_scenario
+
+    root = tmp_path_factory.mktemp("sized")
+    return {(size, name): write_scenario(name, root / size / name, size=size)
+            for size in ("one-block", "odd") for name in SIZED}
+
+
+@pytest.mark.parametrize("size", ["one-block", "odd"])
+@pytest.mark.parametrize("name", SIZED)
+def test_findings_do_not_depend_on_the_sizes(sized, size, name):
+    got = {f.code for f in lint(resolvers_for(sized[(size, name)])).findings}
+    # SG502: odd dims leave a partial FP8 block along the input dim (a true fact of those shapes)
+    expected = EXPECTED[name] | ({"SG502"} if size == "odd" and name != "s8-nvfp4" else set())
+    assert got == expected
+
+
+def test_one_block_weights_read_as_declared(sized):
+    from specguard.resolve import Resolver
+
+    r = Resolver.open(sized[("one-block", "s3")].path)
+    rt = r.route("model.layers.0.attn.fused_wqa_wkv")
+    assert rt.verdict == "ok" and rt.stored.format == "fp8_block"
+    assert any(x.format == "fp8_tensor" for x in rt.stored.readings)
+
+
+def test_v41_style_ignore_list_lints_clean(scenarios, tmp_path):
+    """Issue 12 item 7: a ModelOpt-style ``ignore`` as V4.1 conversions write it. vLLM 0.33's
+    V4.1 quant config matches it against routed-expert names only (``_is_nvfp4_expert_layer``):
+    ``mtp.*`` routes the draft experts to MXFP4; the non-expert entries are never read and
+    change nothing, so none is a dead pattern."""
+    import json
+    import shutil
+
+    from specguard.resolve import Resolver
+
+    d = tmp_path / "s1-v41-ignore"
+    shutil.copytree(scenarios["s1"].path, d)
+    cfg = json.loads((d / "config.json").read_text())
+    q = cfg["quantization_config"]
+    del q["ignored_layers"]
+    q["ignore"] = ["*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    findings = lint([Resolver.open(d)]).findings
+    assert not findings, [f"{f.code}: {f.message}" for f in findings]
+
+
+@pytest.mark.parametrize("name", ["s1", "s4", "s5"])
+def test_lint_says_what_route_says_is_declared(scenarios, name):
+    """Issue 12 item 6: a finding's "declared" is route's "declared as", never what the engine builds."""
+    rs = resolvers_for(scenarios[name])
+    declared = {rt.prefix: rt.declared.scheme.short() for r in rs for rt in r.routes() if rt.declared}
+    for f in lint(rs).findings:
+        if f.code != "SG201":
+            continue
+        shown = f.message.split("; declared ", 1)[1].split(" by ", 1)[0]
+        assert {declared[p] for p in f.data["targets"]} == {shown}, f.message

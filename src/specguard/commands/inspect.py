@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import cast
 
 from rich.console import Console
@@ -15,8 +14,9 @@ from rich.table import Table
 from specguard.checkpoint.source import Checkpoint
 from specguard.commands.output import human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
-from specguard.formats import scheme as s
-from specguard.formats.settle import settle
+from specguard.declared import ConfigError, parse_declared
+from specguard.formats.scheme import Scheme
+from specguard.formats.settle import stored_scheme
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
@@ -26,43 +26,49 @@ from specguard.terminal import console, escape, print_table
 
 def run_inspect(args: argparse.Namespace) -> int:
     ckpt = open_source(args)
-    table = _settled(classify(ckpt))
+    table = classify(ckpt)
     roles = module_roles(table)
+    stored = stored_schemes(table)
     if args.json:
-        records = tensor_records(table) if args.tensors else module_records(table, roles)
+        records = tensor_records(table, stored) if args.tensors else module_records(table, roles, stored)
         write_json(ckpt.name, records)
         return 0
     if args.tensors:
-        render_tensors(table, console())
+        render_tensors(table, console(), stored)
         return 0
-    render(table, roles, console())
+    render(table, roles, console(), stored)
     return 0
 
 
-def _settled(table: ModuleTable) -> ModuleTable:
-    """Ambiguous modules settled by their bytes where the checkpoint is local
-    (a U8 scale's first bytes, a pack-quantized ``weight_shape``)."""
-    mods = {n: replace(m, scheme=settle(table.checkpoint, m)[0]) if m.scheme.format == s.AMBIGUOUS else m
-            for n, m in table.modules.items()}
-    return ModuleTable(table.checkpoint, mods)
+def stored_schemes(table: ModuleTable) -> dict[str, Scheme]:
+    """Each module's stored scheme as route shows it (formats/settle.py ``stored_scheme``):
+    U8 scales settled by their first 4 KiB, a shared FP8 convention named by the config."""
+    ckpt = table.checkpoint
+    try:
+        hf = dict(ckpt.hf_quant_config) if ckpt.hf_quant_config else None
+        stack: str | None = parse_declared(dict(ckpt.config or {}), hf).stack
+    except ConfigError:  # inspect reads headers; a bad claim is route's and lint's to report
+        stack = None
+    return {m.name: stored_scheme(ckpt, m, stack) for m in table}
 
 
-def render_tensors(table: ModuleTable, out: Console) -> None:
+def render_tensors(table: ModuleTable, out: Console, stored: Mapping[str, Scheme] | None = None) -> None:
     """``--tensors``: one row per tensor, with the module and format it belongs to."""
     t = Table(title=f"{escape(table.checkpoint.name)} — tensors", title_justify="left")
     for col in ("tensor", "dtype", "shape", "module", "format", "file"):
         t.add_column(col)
-    for r in tensor_records(table):
+    for r in tensor_records(table, stored):
         t.add_row(*(escape(str(c)) for c in (r["tensor"], r["dtype"], "×".join(map(str, r["shape"])) or "scalar",
                                              r["module"], r["format"], r["file"])))
     print_table(out, t)
 
 
-def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
+def module_records(table: ModuleTable, roles: Mapping[str, Role],
+                   stored: Mapping[str, Scheme] | None = None) -> list[dict]:
     """One record per module (schema documented in docs/json.md)."""
     out = []
     for m in table:
-        sc = m.scheme
+        sc = stored[m.name] if stored else m.scheme
         out.append({
             "module": m.name,
             "role": roles[m.name].name,
@@ -81,25 +87,23 @@ def module_records(table: ModuleTable, roles: Mapping[str, Role]) -> list[dict]:
     return out
 
 
-def tensor_records(table: ModuleTable) -> list[dict]:
+def tensor_records(table: ModuleTable, stored: Mapping[str, Scheme] | None = None) -> list[dict]:
     """One record per tensor, with the module and parameter it belongs to."""
     return [
         {
             "tensor": t.name, "module": m.name, "param": p, "dtype": t.dtype, "shape": list(t.shape),
-            "file": t.file, "offsets": list(t.offsets), "format": m.scheme.format,
+            "file": t.file, "offsets": list(t.offsets), "format": (stored[m.name] if stored else m.scheme).format,
         }
         for m in table
         for p, t in m.params.items()
     ]
 
 
-def _row_key(m: Module, role: str) -> tuple[str, str, tuple[str, ...]]:
-    return (m.scheme.short(), role, m.missing)
-
-
-def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> None:
+def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
+           stored: Mapping[str, Scheme] | None = None) -> None:
     ckpt: Checkpoint = table.checkpoint
-    runs = group_runs((m.name, _row_key(m, role_label(roles[m.name])), m) for m in table)
+    stored = stored or {m.name: m.scheme for m in table}
+    runs = group_runs((m.name, (stored[m.name].short(), role_label(roles[m.name]), m.missing), m) for m in table)
     title = f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)"
     if ckpt.outside_index:  # read all the same: the stored truth (lint SG303/SG601 say what loaders do)
         files = sorted({ckpt.tensors[n].file for n in ckpt.outside_index})
@@ -116,22 +120,22 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console) -> N
         mods = cast(list[Module], run.items)
         if missing:
             label += f" [red]missing {escape(','.join(missing))}[/]"
-        reason = mods[0].scheme.reason
-        if reason and mods[0].scheme.format in ("unknown", "ambiguous"):
+        reason = stored[mods[0].name].reason
+        if reason and stored[mods[0].name].format in ("unknown", "ambiguous"):
             label += f" [yellow]({escape(reason)})[/]"
         t.add_row(escape(run.label()), label, escape(role), str(len(mods)),
                   human_bytes(sum(m.nbytes for m in mods)))
     print_table(console, t)
-    print_table(console, _totals(table, roles))
+    print_table(console, _totals(table, roles, stored))
 
 
-def _totals(table: ModuleTable, roles: Mapping[str, Role]) -> Table:
+def _totals(table: ModuleTable, roles: Mapping[str, Role], stored: Mapping[str, Scheme]) -> Table:
     t = Table(title="totals", title_justify="left")
     t.add_column("format")
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
     for m in table:
-        key = (m.scheme.format, role_label(roles[m.name]))
+        key = (stored[m.name].format, role_label(roles[m.name]))
         counts[key] += 1
         sizes[key] += m.nbytes
     role_names = sorted({r for _, r in counts}, key=_role_order)

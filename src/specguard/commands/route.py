@@ -27,7 +27,8 @@ def resolvers(args: argparse.Namespace) -> list[Resolver]:
         raise UsageError("--draft-method eagle routes a separate EAGLE drafter: pass --draft SRC "
                          "(the drafter's checkpoint; SOURCE is the target's)")
     target = Resolver(open_path(args.source, revision=args.revision, remote=args.remote),
-                      draft_method=args.draft_method if not args.draft else None, platform=args.platform)
+                      draft_method=args.draft_method if not args.draft else None, platform=args.platform,
+                      own_draft=False if args.draft else None)  # a separate drafter replaces the stored draft
     out = [target]
     if args.draft:
         out.append(Resolver(open_path(args.draft, revision=args.revision, remote=args.remote),

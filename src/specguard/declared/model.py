@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import fnmatch, fnmatchcase
+from functools import cached_property
 
 from specguard.declared import patterns as p
 from specguard.formats import scheme as s
@@ -80,7 +81,7 @@ class Pattern:
         if sem == VLLM_SUFFIX:
             return name == t or name.endswith(f".{t}")
         if sem == MODELOPT:
-            return p.modelopt_is_excluded(name, p.modelopt_rewrite((t,)))
+            return self._modelopt_matches(name)
         if sem == FNMATCHCASE:
             return fnmatchcase(name, t)
         if sem == COMPRESSED_TENSORS:
@@ -92,6 +93,36 @@ class Pattern:
         if sem == GPTQ_IN_BLOCK:
             return t in name
         raise ValueError(f"unknown pattern semantics {sem!r}")
+
+    @cached_property
+    def _modelopt_entries(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The entry after ModelOpt's ``x*`` rewrite, and those of it that are globs."""
+        entries = tuple(p.modelopt_rewrite((self.text,)))
+        return entries, tuple(e for e in entries if any(c in e for c in "*?["))
+
+    def _modelopt_matches(self, name: str) -> bool:
+        """``modelopt_is_excluded(name, modelopt_rewrite([text]))`` without its call
+        stack (lint asks it for every module): exact and the legacy substring test
+        are one ``in``; ``fnmatch`` can add a match only for an entry with ``*?[``."""
+        entries, globs = self._modelopt_entries
+        if any(e in name for e in entries):
+            return True
+        if "experts" in name and any(name in e for e in entries if "experts" in e):
+            return True
+        return any(fnmatch(name, g) for g in globs)
+
+    def matches_shard(self, name: str) -> bool:
+        """Does this entry match ``name`` as one shard of a fused layer? vLLM tests
+        shards with exact equality only (``is_layer_skipped``'s ``match_func`` in
+        exact mode, after ModelOpt's ``x*`` rewrite; compressed-tensors'
+        ``is_equal_or_regex_match``), never with wildcards or substrings."""
+        t, sem = self.text, self.semantics
+        if sem in (VLLM_EXACT, MODELOPT):
+            entries = p.modelopt_rewrite((t,)) if sem == MODELOPT else [t]
+            return name in entries
+        if sem == COMPRESSED_TENSORS:
+            return p.ct_match_name(name, t)
+        return False
 
     @property
     def is_class_target(self) -> bool:
@@ -202,16 +233,25 @@ class Declared:
         """The ignore / exclude entries (patterns whose match keeps a module out)."""
         return tuple(x for x in self.patterns if x.effect in (UNQUANTIZED, NATIVE))
 
-    def scheme_for(self, name: str, *, kind: str) -> DeclaredScheme:
+    def scheme_for(self, name: str, *, kind: str, shards: Sequence[str] = ()) -> DeclaredScheme:
         """The claim for one module. ``name`` is matched verbatim with this
         stack's semantics (pass checkpoint names, runtime prefixes or both in
         turn: the difference is what lint reports); ``kind`` is a layouts
-        module kind."""
+        module kind. ``shards``: for a fused layer, its shards' names as the
+        engine spells them (``...self_attn.q_a_proj`` for ``...fused_qkv_a_proj``):
+        the layer is excluded when every shard is (vLLM's ``is_layer_skipped``
+        with the model's ``packed_modules_mapping``)."""
         if kind not in KINDS:
             raise ValueError(f"unknown module kind {kind!r}; expected one of {KINDS}")
         if kind in (r.NORM, r.OTHER):
             return DeclaredScheme(self.unquantized, "norms and mixing parameters are never quantized")
-        return self._scheme_for(name, kind)
+        claim = self._scheme_for(name, kind)
+        if shards and claim.pattern is None:
+            hits = [next((x for x in self.patterns if x.effect == UNQUANTIZED and x.matches_shard(sh)), None)
+                    for sh in shards]
+            if all(hits):
+                return DeclaredScheme(self.unquantized, " and ".join(dict.fromkeys(str(h) for h in hits)), hits[0])
+        return claim
 
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         return DeclaredScheme(self.unquantized, f"{self.origin}: no quantization")

@@ -64,5 +64,14 @@ class EngineModel(Protocol):
         """Whether the model class builds this layer with no quant config at all."""
         ...
 
+    def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
+        """The shard prefixes the engine tests exclusions against for a fused layer (empty: unfused)."""
+        ...
+
+    def not_built(self, prefix: str, model: str | None = None) -> EngineChoice | None:
+        """What stands in for ``builds`` when the served model does not build this stored
+        module at all (None: it does): no claim is made for it."""
+        ...
+
 
 __all__ = ["EngineChoice", "EngineModel", "Refusal"]

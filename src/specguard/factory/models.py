@@ -35,9 +35,10 @@ DSV3 = "deepseek_v3"
 
 @dataclass(frozen=True)
 class Sizes:
-    """Model dimensions. Every quantized dim is a multiple of 128 (FP8 blocks),
-    hence of 32 (MXFP4) and 16 (NVFP4), except DeepSeek-V3's ``kv_a_proj_with_mqa``
-    (kv_lora_rank + qk_rope_head_dim), an edge block as in the real model."""
+    """Model dimensions. Every quantized dim is a multiple of 32 (MXFP4 groups), hence
+    of 16 (NVFP4); FP8 128x128 blocks may be partial at the edge (DeepSeek-V3's
+    ``kv_a_proj_with_mqa``: kv_lora_rank + qk_rope_head_dim = 576) and a whole
+    weight may fit in one block (the ``one-block`` and ``odd`` presets)."""
 
     hidden: int = 256
     vocab: int = 512
@@ -59,10 +60,12 @@ class Sizes:
     shard_bytes: int = 512 * 1024
 
     def __post_init__(self) -> None:
+        # 32 keeps every MXFP4/NVFP4 group whole; FP8 blocks may end in a partial edge block
+        # (DeepSeek-V3's kv_a_proj_with_mqa), and a weight may fit in one block.
         for name in ("hidden", "moe_inter", "shared_inter", "dense_inter", "q_lora", "o_lora",
                      "kv_lora", "head_dim"):
-            if getattr(self, name) % 128:
-                raise ValueError(f"Sizes.{name}={getattr(self, name)} must be a multiple of 128")
+            if getattr(self, name) % 32:
+                raise ValueError(f"Sizes.{name}={getattr(self, name)} must be a multiple of 32")
         if self.layers < 2 or self.experts < 4:
             raise ValueError("Sizes need at least 2 main layers and 4 experts")
 
@@ -72,6 +75,15 @@ SIZES: dict[str, Sizes] = {
     "small": Sizes(hidden=512, vocab=1024, layers=3, experts=8, moe_inter=256, shared_inter=256,
                    dense_inter=512, heads=4, q_lora=256, o_lora=256, kv_lora=256,
                    shard_bytes=4 * 1024 * 1024),
+    # Every linear no larger than one 128x128 FP8 block: one scale element per weight, a
+    # shape that fits per-tensor and block-wise FP8 alike (issue 12 item 1).
+    "one-block": Sizes(hidden=128, vocab=256, moe_inter=128, shared_inter=128, dense_inter=128, heads=1,
+                       o_groups=1, q_lora=128, o_lora=128, kv_lora=64, qk_nope=32, qk_rope=32, v_head=64),
+    # Dims that are not multiples of the 128 block: partial edge blocks everywhere.
+    # vLLM needs 128-multiples only where it fuses or shards: every fused shard but the last
+    # (validate_fp8_block_shape) and block-FP8 MoE intermediates (validate_fp8_block_shape_moe).
+    "odd": Sizes(hidden=320, vocab=640, moe_inter=128, shared_inter=256, dense_inter=384, heads=3,
+                 head_dim=160, q_lora=128, o_lora=224, o_groups=3, kv_lora=160, qk_nope=32, qk_rope=32, v_head=96),
 }
 
 

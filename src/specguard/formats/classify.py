@@ -107,7 +107,12 @@ def _fp8(w: TensorInfo, params: Params) -> Classified:
     out, inp = w.shape[-2:] if len(w.shape) >= 2 else (w.numel, 1)
     lead = len(w.shape) - 2
     if sc.numel == 1 or (lead > 0 and sc.shape in (w.shape[:lead], (*w.shape[:lead], 1))):
-        return Classified(Scheme(s.FP8_TENSOR, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+        readings: tuple[Scheme, ...] = ()
+        bo, bi = _block(out, 1), _block(inp, 1)
+        if len(sc.shape) - lead == 2 and bo and bi:  # [.., 1, 1]: also one block covering the whole weight
+            readings = (Scheme(s.FP8_BLOCK, conv, block=(bo, bi), scale_dtype=sc.dtype, weight_dtype=w.dtype),)
+        return Classified(Scheme(s.FP8_TENSOR, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype,
+                                 readings=readings))
     tail = sc.shape[lead:]
     if len(tail) == 4 and tail[1] == 1 and tail[3] == 1:  # ModelOpt FP8_2D_BLOCKWISE: [rows, 1, cols, 1]
         tail = (tail[0], tail[2])

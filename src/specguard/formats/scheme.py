@@ -7,7 +7,7 @@ declares and what an engine builds, so the three compare with ``==`` on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from specguard.vocabulary import Vocabulary
 
@@ -32,7 +32,7 @@ class Format(Vocabulary):
     NF4 = "nf4"  # bitsandbytes NormalFloat4, blockwise absmax
     FP4 = "fp4"  # bitsandbytes FP4 (E2M1 codebook), blockwise absmax
     FP8_KV = "fp8_kv"  # attention-cache scales only (k_scale / v_scale)
-    PLAIN_TENSOR = "plain"  # a non-float standalone tensor (ids, masks); not the convention ``plain``
+    PLAIN_TENSOR = "integer"  # a non-float standalone tensor (ids, masks, expert maps), shown with its dtype
     MIXED = "mixed"  # one runtime module built from checkpoint modules stored differently
     UNKNOWN = "unknown"
     AMBIGUOUS = "ambiguous"
@@ -83,6 +83,24 @@ class Scheme:
     zero_points: bool | None = None  # True: zero points stored beside the scales (asymmetric capable)
     candidates: tuple[Scheme, ...] = ()  # ambiguous: the schemes the header fits (settle.py picks one)
     reason: str | None = None  # why unknown/ambiguous, or a note
+    # Other schemes the same tensors fit (a 128x128 FP8 weight with a [1, 1] scale is
+    # per-tensor and one 128x128 block alike): a claim among them is not contradicted.
+    readings: tuple[Scheme, ...] = field(default=(), compare=False, repr=False)
+
+    def fits(self, fmt: str) -> bool:
+        """Is ``fmt`` this scheme's format or one of its other readings'?"""
+        return fmt == self.format or any(r.format == fmt for r in self.readings)
+
+    def reading(self, fmt: str) -> Scheme:
+        """This storage read as ``fmt`` (itself when ``fmt`` is no reading of it); the
+        other readings stay attached."""
+        if fmt == self.format:
+            return self
+        hit = next((r for r in self.readings if r.format == fmt), None)
+        if hit is None:
+            return self
+        return replace(hit, readings=(replace(self, readings=()),
+                                      *(r for r in self.readings if r is not hit)))
 
     @property
     def quantized(self) -> bool:
@@ -95,6 +113,8 @@ class Scheme:
             parts.append(self.convention)
         if self.scale_dtype and self.format in (MXFP4, MXFP8, FP8_BLOCK, AMBIGUOUS):
             parts.append(self.scale_dtype.lower().removeprefix("f8_"))
+        if self.format == PLAIN_TENSOR and self.weight_dtype:
+            parts.append(self.weight_dtype.lower())
         if self.block:
             parts.append(f"{self.block[0]}x{self.block[1]}")
         elif self.group_size:

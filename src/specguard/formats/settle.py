@@ -34,6 +34,28 @@ def sniff_module(checkpoint: Checkpoint, module: Module) -> Sniff | None:
     return sniff_scale_bytes(checkpoint.read_bytes_range(name, SAMPLE_BYTES))
 
 
+# Conventions two stacks share on disk (FP8 ``weight``/``weight_scale``): the config's
+# quant method says whose they are.
+_SHARED_FORMATS = frozenset({s.FP8_TENSOR, s.FP8_CHANNEL, s.FP8_BLOCK})
+_CONVENTION_OF_STACK = {"modelopt": s.MODELOPT, "compressed-tensors": s.COMPRESSED_TENSORS}
+
+
+def name_convention(scheme: Scheme, stack: str | None) -> Scheme:
+    """Name the convention of a shared layout by the stack the config declares."""
+    conv = _CONVENTION_OF_STACK.get(stack or "")
+    if conv is None or scheme.convention is not None or scheme.format not in _SHARED_FORMATS:
+        return scheme
+    return replace(scheme, convention=conv, readings=tuple(replace(r, convention=conv) for r in scheme.readings))
+
+
+def stored_scheme(checkpoint: Checkpoint, module: Module, stack: str | None = None,
+                  claim: Scheme | None = None) -> Scheme:
+    """What a module is stored as, as inspect and route both show it: an ambiguous U8
+    scale settled by its first 4 KiB, a pack-quantized width by ``weight_shape`` (else
+    the claim, when given), a shared convention named by the config."""
+    return name_convention(settle(checkpoint, module, claim)[0], stack)
+
+
 def settle(checkpoint: Checkpoint, module: Module, claim: Scheme | None = None) -> tuple[Scheme, Sniff | None]:
     """The module's scheme with ambiguity resolved by its bytes where possible
     (``claim``: what the config declares, which wins where the bytes cannot be

@@ -181,6 +181,12 @@ class Layout:
         """Checkpoint-name prefixes under which draft tensors are expected."""
         return tuple(f"model.layers.{i}." for i in self.draft_layers)
 
+    def draft_inputs(self) -> list[tuple[int | None, tuple[str, ...]]]:
+        """Runtime prefixes the draft model of this layout's draft kind builds to take
+        its inputs, per draft layer (``None``: once per drafter): a draft method whose
+        inputs are not stored cannot load the stored draft. Empty where not modelled."""
+        return []
+
     # -- family hooks -----------------------------------------------------
 
     def _place(self, module: str) -> Placement:  # pragma: no cover - abstract

@@ -84,6 +84,16 @@ class DeepseekV4Layout(Layout):
     def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
         return tuple(f"mtp.{i}." for i in range(self.num_draft_layers))
 
+    def draft_inputs(self) -> list[tuple[int | None, tuple[str, ...]]]:
+        """nvidia/mtp.py DeepSeekV4MultiTokenPredictorLayer: enorm, hnorm, e_proj, h_proj
+        per MTP layer; nvidia/dspark.py DSparkDeepseekV4Model: main_proj, main_norm once."""
+        if self.engine != "vllm":
+            return []
+        if self.draft_kind == r.DSPARK:
+            return [(None, ("model.main_proj", "model.main_norm"))] if self.num_draft_layers else []
+        return [(layer, tuple(f"model.layers.{layer}.{m}" for m in ("e_proj", "h_proj", "enorm", "hnorm")))
+                for layer in self.draft_layers]
+
     def _runtime_role(self, name: str) -> r.Role | None:
         head = name.removeprefix("model.")
         if self.draft_kind == r.DSPARK and _first(head) in _DSPARK_ONLY:
@@ -172,7 +182,9 @@ class DeepseekV4Layout(Layout):
         first = _first(rest)
         if first in _DSPARK_HEAD_STACK:
             role = r.Role(r.DRAFT, r.DSPARK, None, i)
-            kind = r.LINEAR if first == "main_proj" else fusions.kind_of(rest)
+            # qwen3_dspark.py DSparkMarkovHead: markov_w1 an nn.Embedding, markov_w2 a ParallelLMHead
+            kind = {"main_proj": r.LINEAR, "markov_head.markov_w1": r.EMBEDDING_KIND,
+                    "markov_head.markov_w2": r.HEAD_KIND}.get(rest, fusions.kind_of(rest))
             return self._placement(module, role, kind, f"model.{rest}", f"model.{rest}", (rest,))
         layer = self.num_hidden_layers + i
         role = r.Role(r.DRAFT, r.DSPARK, layer, i)
@@ -204,6 +216,13 @@ class DeepseekV3Layout(Layout):
         super().__init__(num_hidden_layers, num_draft_layers, draft_kind, engine=engine)
         self.fuse_qkv_a = fuse_qkv_a
         self.mha = mha
+
+    def draft_inputs(self) -> list[tuple[int | None, tuple[str, ...]]]:
+        """deepseek_mtp.py DeepSeekMultiTokenPredictorLayer: enorm, hnorm, eh_proj."""
+        if self.engine != "vllm":
+            return []
+        return [(layer, tuple(f"model.layers.{layer}.{m}" for m in ("enorm", "hnorm", "eh_proj")))
+                for layer in self.draft_layers]
 
     def _fuse(self, rest: str) -> fusions.Fused:
         return fusions.deepseek_v3(rest, fuse_qkv_a=self.fuse_qkv_a, mha=self.mha)

@@ -15,6 +15,7 @@ _NORM_LEAVES = frozenset({"norm", "enorm", "hnorm", "layernorm", "ln", "ln_f"})
 _OTHER_LEAVES = frozenset({
     "attn_sink", "ape", "tid2eid", "e_score_correction_bias", "bias", "sinks",
     "inv_freq", "rotary_emb",
+    "d2t", "t2d",  # EAGLE-3 vocabulary maps (llama_eagle3.py: draft_id_to_target_id buffer)
 })
 
 
@@ -31,6 +32,10 @@ def kind_of(rest: str) -> r.ModuleKind:
         return r.NORM
     if leaf in _OTHER_LEAVES or leaf.startswith("hc_"):
         return r.OTHER
+    if leaf == "markov_w1":  # qwen3_dspark.py DSparkMarkovHead: an nn.Embedding ...
+        return r.EMBEDDING_KIND
+    if leaf == "markov_w2":  # ... and a ParallelLMHead
+        return r.HEAD_KIND
     return r.LINEAR
 
 

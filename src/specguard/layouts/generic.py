@@ -103,8 +103,9 @@ class EagleLayout(Layout):
 
     def _runtime_role(self, name: str) -> r.Role | None:
         idx = layer_index(name)
-        i = None if idx is None else max(idx - self.num_hidden_layers, 0)
-        return self._draft_role(i)
+        if idx is None:
+            return None  # ``midlayer.*``, ``fc``: ``_place`` knows them
+        return self._draft_role(max(idx - self.num_hidden_layers, 0))
 
     def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
         return ("",)  # the whole checkpoint is the draft

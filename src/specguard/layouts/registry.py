@@ -50,6 +50,13 @@ def draft_kind_for(method: str | None) -> r.DraftKind | None:
     raise LayoutError(f"unknown speculative method {method!r}; expected mtp, dspark or eagle")
 
 
+def is_eagle_drafter(config: Mapping[str, Any]) -> bool:
+    """An EAGLE/EAGLE-3 head's own config: its class says so (``LlamaForCausalLMEagle3``,
+    ``EagleLlamaForCausalLM``), or it maps a draft vocabulary (``draft_vocab_size``)."""
+    archs = " ".join(str(a) for a in config.get("architectures") or ()).lower()
+    return "eagle" in archs or "draft_vocab_size" in text_config(config)
+
+
 def _int(config: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = config.get(key)
@@ -75,11 +82,12 @@ def layout_for(
     cfg = text_config(config)
     kind = draft_kind_for(draft_method)
     model_type = model_type_of(config)
-    if kind == r.EAGLE:
-        if target_config is None:
+    if kind == r.EAGLE or (kind is None and is_eagle_drafter(config)):
+        if target_config is None and not is_eagle_drafter(config):
             raise LayoutError("an EAGLE drafter is a separate checkpoint routed beside its target: "
                               "pass the target's config (on the command line: --draft SRC)")
-        n_target = _int(text_config(target_config), "num_hidden_layers")
+        # An EAGLE head inspected alone: the target's layer count is unknown, draft layers count from 0.
+        n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
         return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine)
@@ -112,8 +120,10 @@ def _deepseek_v4(
         dspark = v41 or "dspark_target_layer_ids" in cfg or "DSpark" in archs
         kind = r.DSPARK if dspark else r.MTP
     if kind == r.DSPARK:
-        # dspark.py: ``n_mtp_layers`` or (V4.1) ``num_nextn_predict_layers`` or 3
-        k = _int(cfg, "n_mtp_layers", "num_nextn_predict_layers") or 3
+        # The stage count as the DSpark model reads it: deepseek_v4/nvidia/dspark.py
+        # ``getattr(config, "n_mtp_layers", None) or 3`` (num_nextn_predict_layers is not
+        # read); deepseek_v41/nvidia/dspark.py ``n_mtp_layers or num_nextn_predict_layers or 3``.
+        k = _int(cfg, "n_mtp_layers", *(("num_nextn_predict_layers",) if v41 else ())) or 3
     else:
         k = _int(cfg, "num_nextn_predict_layers") or 0
     return DeepseekV4Layout(

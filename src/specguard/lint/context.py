@@ -13,11 +13,36 @@ if TYPE_CHECKING:
     from specguard.lint.content import ScaleSamples
 
 
+@dataclass(frozen=True)
+class QuantFiles:
+    """config.json's quantization_config against hf_quant_config.json, route by route."""
+
+    differ: tuple[str, ...]  # runtime prefixes the two files claim different schemes for
+    explained: frozenset[str]  # prefixes misrouted under config.json's claim, ok under hf_quant_config.json's
+
+
 @dataclass
 class LintContext:
     resolvers: list[Resolver]
     _routes: dict[int, list[Route]] = field(default_factory=dict)
     _scales: dict[int, ScaleSamples] = field(default_factory=dict)
+    _files: dict[int, QuantFiles | None] = field(default_factory=dict)
+
+    def quant_files(self, r: Resolver) -> QuantFiles | None:
+        """Where config.json's quantization_config and hf_quant_config.json claim different
+        schemes (None: one file, or they agree). Shared by SG103 and the SG2xx rules, which
+        leave the modules it explains to SG103."""
+        from specguard.lint.fixes import quant_files
+
+        key = id(r)
+        if key not in self._files:
+            self._files[key] = quant_files(self, r)
+        return self._files[key]
+
+    def explained(self, r: Resolver) -> frozenset[str]:
+        """Runtime prefixes whose misrouting SG103 reports as one cause."""
+        qf = self.quant_files(r)
+        return qf.explained if qf else frozenset()
 
     def scales(self, r: Resolver) -> ScaleSamples:
         """Scale samples (lint/content.py), read once per lint run and shared by the rules."""

@@ -26,22 +26,19 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
             yield Finding(
                 "SG301", ERROR,
                 f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
-                f"num_hidden_layers {n}) but no draft tensor is stored: {_engine_on_missing_draft(r, promised[0])}",
+                f"num_hidden_layers {n}) but no draft tensor is stored: {_consequence(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
                 "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
             )
 
 
-# The MTP loaders that check every promised layer was loaded (vLLM 0.33:
-# models/deepseek_mtp.py and models/deepseek_v4/*/mtp.py ``load_weights``, gated by
-# model_loader/mtp_validation.py, on by default).
-_MTP_CHECKED = ("deepseek_v3", "deepseek_v4")
-
-
-def _engine_on_missing_draft(r, first: int) -> str:
-    if r.layout.family in _MTP_CHECKED:
-        return (f"with speculative decoding on, {r.vllm.name} refuses to load it (ValueError: MTP speculative "
-                f"decoding layer {first} weights missing from checkpoint)")
+def _consequence(r, layer: int) -> str:
+    """What vLLM 0.33 does with a promised draft that has no tensor."""
+    if r.layout.draft_kind == "mtp" and r.layout.family in ("deepseek_v3", "deepseek_v4"):
+        # deepseek_mtp.py / models/deepseek_v4/*/mtp.py load_weights: the MTP completeness check
+        # (model_loader/mtp_validation.py, on by default)
+        return (f"{r.vllm.name} refuses to load the MTP drafter (ValueError: MTP speculative decoding layer {layer} "
+                "weights missing from checkpoint); the target alone serves")
     return "an engine would serve a randomly initialised drafter (0 % acceptance)"
 
 
@@ -53,6 +50,8 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
         stored = _stored_draft_layers(ctx, r)
         if not stored or stored == promised:
             continue
+        if any(rt.vllm is not None and rt.vllm.method == "not built" for rt in ctx.routes(r)):
+            continue  # the stored draft is another method's (SG304): no count fits it, none to advise
         extra, absent = sorted(stored - promised), sorted(promised - stored)
         parts = []
         if absent:
@@ -61,9 +60,18 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
             parts.append(f"runtime layer(s) {extra} stored but not declared")
         yield Finding(
             "SG302", WARNING, f"draft layers: {'; '.join(parts)}",
-            tuple(f"model.layers.{i}" for i in absent + extra),
-            "make num_nextn_predict_layers agree with the draft layers stored",
+            tuple(f"model.layers.{i}" for i in absent + extra), _count_fix(r, len(stored)),
         )
+
+
+def _count_fix(r, stored: int) -> str:
+    """Name the field the serving draft model reads, and only that one: a DSpark model
+    counts its stages from ``n_mtp_layers`` (dspark.py), which MTP readers ignore, while
+    ``num_nextn_predict_layers`` also sets how many MTP layers other engines build."""
+    if r.layout.draft_kind == "dspark":
+        return (f'set "n_mtp_layers": {stored} in config.json (read by vLLM 0.33\'s DSpark models only; '
+                "leave num_nextn_predict_layers, which MTP readers use, as it is)")
+    return f'set "num_nextn_predict_layers": {stored} to match the draft layers stored'
 
 
 @rule("SG303", "draft-weights-outside-index", ERROR,
@@ -94,3 +102,35 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
             data={"files": files, "tensors": len(names), "bytes": nbytes,
                   "loader": "unwritten" if quantized else "fails to start"},
         )
+
+
+@rule("SG304", "draft-inputs-missing", ERROR,
+      "The draft method builds input modules (MTP's e_proj/h_proj/enorm/hnorm, DSpark's main_proj) that the "
+      "stored draft lacks: they are never loaded and stay uninitialized.")
+def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        stored = _stored_draft_layers(ctx, r)
+        if not stored:
+            continue  # no draft at all: SG301
+        absent = [p for layer, prefixes in r.layout.draft_inputs() if layer is None or layer in stored
+                  for p in prefixes if r.canonical(p) is None]
+        if not absent:
+            continue
+        kind = r.layout.draft_kind or "mtp"
+        leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
+        yield Finding(
+            "SG304", ERROR,
+            f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
+            f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
+            "they would stay uninitialized",
+            tuple(absent), _method_fix(ctx, r, kind),
+        )
+
+
+def _method_fix(ctx: LintContext, r, kind: str) -> str:
+    """Name the draft method whose own modules the checkpoint stores, when that is another."""
+    reasons = " ".join(rt.vllm.reason for rt in ctx.routes(r) if rt.vllm is not None and rt.vllm.method == "not built")
+    for method, mark in (("dspark", "a DSpark module"), ("mtp", "an MTP module")):
+        if method != kind and mark in reasons:
+            return f"serve it with the draft method it stores modules for (speculative_config method {method!r})"
+    return f"store the {kind} draft's input modules, or serve with the draft method the stored draft is for"

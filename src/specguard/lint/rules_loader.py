@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from specguard.engines.vllm.loader import FAILS, SKIPPED, expert_load, renamed
 from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
@@ -23,6 +24,10 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
         for module in rt.checkpoint_names:
             mod = res.table.modules.get(module)
             if mod is None or ".experts." not in f"{module}.":
+                continue
+            if mod.scheme.convention == s.GPT_OSS:
+                # all experts of a projection in one tensor (``experts.gate_up_proj_blocks``):
+                # gpt_oss.py GptOssForCausalLM.hf_to_vllm_mapper renames them onto w13_*/w2_*
                 continue
             below = module.split(".experts", 1)[1].lstrip(".")
             for param in mod.params:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fnmatch import fnmatchcase
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
+from specguard.declared.edits import ConfigEdit, at_key
+from specguard.declared.index import NameIndex
 from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
+from specguard.layouts.roles import ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
-from specguard.lint.finding import WARNING, Finding
+from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.fixes import checked, describe_edits
 from specguard.lint.registry import rule
 from specguard.resolve import Resolver
 
 _VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
+MODELOPT_GLOB = FNMATCHCASE  # the entry read as a plain glob
 
 
 def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
@@ -40,48 +44,89 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
       "An ignore/exclude pattern matches no runtime prefix the engine builds, so it excludes nothing.")
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
+        patterns = r.declared_config.exclusions
+        if not patterns:
+            continue
         modules = list(r.table.modules)
         spellings = {m: r.layout.runtime_prefixes(m) for m in modules}
         runtime = sorted({p for ps in spellings.values() for p in ps})
-        for pat in r.declared_config.exclusions:
-            if any(q.matches(p) for q in _engine_spellings(r, pat) for p in engine_names(r, pat, runtime)):
+        # One index per name set: each pattern is then a scan of a joined text, not a
+        # Python loop over 45,000 names (issue 12 item 10).
+        indexes = {False: NameIndex(runtime)}
+        shards = sorted({sh for rt in ctx.routes(r) for sh in rt.shards})
+        checkpoint = NameIndex(modules)
+        for pat in patterns:
+            v41 = pat.semantics == FNMATCHCASE
+            if v41 not in indexes:
+                indexes[v41] = NameIndex(engine_names(r, pat, runtime))
+            if any(indexes[v41].any(q) for q in _engine_spellings(r, pat)):
                 continue
-            yield _finding(r, pat, modules, spellings)
+            if any(pat.matches_shard(sh) for sh in shards):  # vLLM tests a fused layer's shards too
+                continue
+            hits = checkpoint.matching(pat)
+            if v41:
+                # deepseek_v41 quant_config.py consults ``ignore`` for routed experts only (by their
+                # checkpoint-style names): an entry for anything else is never read and changes nothing.
+                hits = [m for m in hits if r.layout.module_kind(m) == ROUTED_EXPERTS]
+                if not hits:
+                    continue
+            yield _finding(ctx, r, pat, hits, checkpoint, spellings)
 
 
-def _finding(r: Resolver, pat: Pattern, modules: list[str], spellings: dict) -> Finding:
-    hits = [m for m in modules if pat.matches(m)]
+def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex,
+             spellings: dict) -> Finding:
     where = "matches checkpoint names only" if hits else "matches no module name at all"
     if not hits and pat.semantics in _VLLM:
-        hits = [m for m in modules if fnmatchcase(m, pat.text)]
+        hits = checkpoint.matching(Pattern(pat.text, MODELOPT_GLOB, pat.key, pat.effect, pat.group))
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({spellings[m][0] for m in hits})
-    fix = _fix(r, pat, hits, intended) if intended else None
+    edits, targets, fix = _fix(ctx, r, pat, hits, intended)
     msg = f"{pat} {where}"
+    if pat.semantics == FNMATCHCASE:
+        msg += f" ({r.vllm.name}'s DeepSeek-V4.1 quant config matches it against routed-expert names only)"
     if hits:
         layers = sorted({_layer_of(p) for p in intended})
         msg += (f": it names {len(hits)} checkpoint module(s) ({describe(hits, limit=2)}), "
                 f"which the engine builds under {', '.join(layers)}")
-    return Finding("SG101", WARNING, msg, tuple(hits), fix, data={"pattern": pat.text, "key": pat.key,
-                                                                    "semantics": pat.semantics,
-                                                                    "runtime_prefixes": intended})
+    return Finding("SG101", WARNING, msg, tuple(hits), fix, data={
+        "pattern": pat.text, "key": pat.key, "semantics": pat.semantics, "runtime_prefixes": intended,
+        "edits": [e.as_dict() for e in edits], "targets": targets})
 
 
-def _fix(r: Resolver, pat: Pattern, hits: list[str], intended: list[str]) -> str:
+def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
+         intended: list[str]) -> tuple[list[ConfigEdit], list[str], str | None]:
+    """The first config change that re-routes clean (lint/fixes.py), and its text."""
+    file, path, index = at_key(pat.key)
+    if index is None:
+        return [], [], None
     d = r.declared_config
-    draft = r.layout.num_draft_layers and all(r.layout.role(m).is_draft for m in hits)
+    draft = bool(r.layout.num_draft_layers) and bool(hits) and all(r.layout.role(m).is_draft for m in hits)
+    drop = ConfigEdit(file, path, "remove", index=index)
+    candidates: list[tuple[list[ConfigEdit], list[str], str]] = []
     if isinstance(d, Fp8Declared) and d.deepseek_v4 and d.moe_quant_algo.upper() == "NVFP4" and draft:
-        # An ignored_layers hit makes vLLM build BF16 layers, not the MXFP4 the draft experts hold.
-        return (f'drop it and add `"ignore": ["mtp.*"]` to quantization_config: {r.vllm.name}\'s DeepSeek-V4.1 quant '
-                "config (CUDA/ROCm) then routes the draft experts to MXFP4; an ignored_layers entry that matched "
-                "would load them as BF16. Or serve with the specguard vLLM plugin.")
-    proposal = pat.propose(intended)
-    shown = ", ".join(repr(x) for x in proposal[:3]) + (f" (+{len(proposal) - 3} more)" if len(proposal) > 3 else "")
-    fix = f"match the runtime prefixes instead: {shown}"
+        # An ignored_layers hit makes vLLM build BF16 layers, not the MXFP4 the draft experts hold:
+        # the V4.1 quant config's ModelOpt-style ``ignore`` routes matching experts to MXFP4.
+        add = ConfigEdit(file, (*path[:-1], "ignore"), "extend", ["mtp.*"])
+        candidates.append(([drop, add], intended, f"on {r.platform}, {r.vllm.name}'s DeepSeek-V4.1 quant config then "
+                           "routes the draft experts to MXFP4 (an ignored_layers entry would load them as BF16)"))
+    if intended and pat.semantics != FNMATCHCASE:
+        proposal = pat.propose(intended)
+        candidates.append(([ConfigEdit(file, path, "splice", proposal, index)], intended,
+                           "the entry then matches the runtime prefixes the engine tests"))
+    elif intended:
+        names = sorted({x for x in (v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
+        candidates.append(([ConfigEdit(file, path, "splice", names, index)], intended,
+                           "the checkpoint-style expert names the V4.1 quant config matches"))
+    candidates.append(([drop], [], "it excludes nothing"))
+    for edits, targets, why in candidates:
+        if checked(ctx, r, edits, targets):
+            return edits, targets, f"{describe_edits(edits)}: {why} (re-routed with the change: " + (
+                f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
+                else "no module changes)")
     if draft:
-        fix += "; or serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
-    return fix
+        return [], [], "serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
+    return [], [], None
 
 
 def _layer_of(prefix: str) -> str:
@@ -91,3 +136,23 @@ def _layer_of(prefix: str) -> str:
         if part == "layers" and parts[i + 1].isdigit():
             return ".".join(parts[: i + 2]) + ".*"
     return prefix
+
+
+@rule("SG103", "quant-config-files-disagree", WARNING,
+      "config.json's quantization_config and hf_quant_config.json claim different schemes; the engine reads "
+      "config.json's only, so the other file's claim has no effect.")
+def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
+    for r in ctx.resolvers:
+        qf = ctx.quant_files(r)
+        if qf is None:
+            continue
+        msg = (f"config.json's quantization_config and hf_quant_config.json claim different schemes for "
+               f"{len(qf.differ)} runtime module(s) ({describe(qf.differ)}); {r.vllm.name} reads config.json's "
+               "(model_loader/weight_utils.py get_quant_config; hf_quant_config.json only without it)")
+        if qf.explained:
+            msg += (f": {len(qf.explained)} of them are built other than stored because of it "
+                    f"({describe(sorted(qf.explained))}), reported here once instead of module by module")
+        # an error when the engine misbuilds modules because of it (their SG2xx findings are folded in here)
+        yield Finding("SG103", ERROR if qf.explained else WARNING, msg, tuple(qf.differ),
+                      "make config.json's quantization_config say what hf_quant_config.json says (the engine "
+                      "reads config.json), or delete the stale file", data={"explained": sorted(qf.explained)})

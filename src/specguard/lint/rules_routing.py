@@ -8,17 +8,19 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeGuard
 
 from specguard.declared import DeclaredScheme
+from specguard.declared.edits import CONFIG_JSON, ConfigEdit
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
-from specguard.engines.vllm.v0_33 import ENGINE
+from specguard.engines.vllm.v0_33 import ENGINE, v41_ignore_name
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
 from specguard.layouts.roles import ModuleKind, Role, role_label
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
+from specguard.lint.fixes import checked, describe_edits
 from specguard.lint.registry import rule
-from specguard.resolve import MISROUTED, Route, Verdict
+from specguard.resolve import MISROUTED, Resolver, Route, Verdict
 
 # Tensors each engine method reads, by (format, convention): per tensor, the
 # suffixes that satisfy it (vLLM renames DeepSeek-V4's bare `.scale` into the
@@ -70,9 +72,9 @@ def _built(rt: Route) -> TypeGuard[Built]:
 def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator[tuple[tuple, list[Built]]]:
     """Built routes that ``pick`` selects, grouped by the key it returns (one finding per group)."""
     groups: dict[tuple, list[Built]] = defaultdict(list)
-    for _, rt in ctx.all_routes():
-        if not _built(rt):
-            continue
+    for res, rt in ctx.all_routes():
+        if not _built(rt) or rt.prefix in ctx.explained(res):
+            continue  # (SG103 reports the cause of the explained ones once)
         key = pick(rt)
         if key is not None:
             groups[key].append(rt)
@@ -90,20 +92,31 @@ def _misrouted(rt: Built) -> bool:
 @rule("SG201", "stored-format-differs-from-declared", ERROR,
       "A module is stored in one quantized format while the config makes the engine build another.")
 def stored_differs(ctx: LintContext) -> Iterator[Finding]:
-    def pick(rt: Built) -> tuple | None:
+    groups: dict[tuple, list[tuple[Resolver, Built]]] = defaultdict(list)
+    for res, rt in ctx.all_routes():
+        if not _built(rt) or rt.prefix in ctx.explained(res):
+            continue  # (SG103 reports the cause of the explained ones once)
         if _misrouted(rt) and rt.stored.quantized and rt.vllm.scheme.quantized:
-            return (role_label(rt.role), rt.kind, rt.stored.format, rt.vllm.method, rt.declared.source)
-        return None
-
-    for (role, kind, _stored, method, source), routes in _groups(ctx, pick):
-        fix = _fix(routes[0])
+            key = (id(res), role_label(rt.role), rt.kind, rt.stored.format, rt.vllm.method, rt.declared.source)
+            groups[key].append((res, rt))
+    for (_, role, kind, _stored, method, _source), pairs in groups.items():
+        res, first = pairs[0]
+        routes = [rt for _, rt in pairs]
+        edits, fix = _fix(ctx, res, routes)
         yield Finding(
             "SG201", ERROR,
-            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {routes[0].stored.short()}, "
-            f"declared {routes[0].vllm.scheme.short()} by {source}; {ENGINE} builds {method}: "
-            f"{describe(rt.prefix for rt in routes)}",
-            _names(routes), fix,
+            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {first.stored.short()}; "
+            f"declared {first.declared.scheme.short()} by {first.declared.source}; {ENGINE} on {res.platform} "
+            f"({_class(first)}) builds {method}: {describe(rt.prefix for rt in routes)}",
+            _names(routes), fix, data={"edits": [e.as_dict() for e in edits], "targets": [rt.prefix for rt in routes]},
         )
+
+
+def _class(rt: Built) -> str:
+    """The quant-config class, short: ``deepseek_v41 DeepseekV4FP8Config``."""
+    path = rt.vllm.quant_config or "no quant config"
+    parts = path.split(".")
+    return f"{parts[-3]} {parts[-1]}" if len(parts) >= 3 else path
 
 
 @rule("SG202", "declared-scheme-needs-missing-tensors", ERROR,
@@ -230,9 +243,23 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
-def _fix(rt: Built) -> str:
+def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> tuple[list[ConfigEdit], str]:
+    """A config change only where it re-routes clean on this platform (lint/fixes.py); never one
+    already present; otherwise advice that changes no config."""
+    rt = routes[0]
     if rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4:
-        return (f'add `"ignore": ["mtp.*"]` to quantization_config ({ENGINE}\'s DeepSeek-V4.1 quant config '
-                "routes matching experts to MXFP4 on CUDA/ROCm), or serve with the specguard vLLM plugin; "
-                "an ignored_layers entry would load them as BF16, not MXFP4")
-    return f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin"
+        present = rt.declared.pattern is not None and rt.declared.scheme.format == s.MXFP4
+        if not present:
+            n = res.layout.num_hidden_layers
+            names = sorted({x for x in (v41_ignore_name(p.prefix, n) for p in routes) if x})
+            entry = ["mtp.*"] if names and all(x.startswith("mtp.") for x in names) else names
+            edits = [ConfigEdit(CONFIG_JSON, ("quantization_config", "ignore"), "extend", entry)]
+            if checked(ctx, res, edits, [p.prefix for p in routes]):
+                return edits, (f"{describe_edits(edits)}: on {res.platform}, {ENGINE}'s DeepSeek-V4.1 quant config "
+                               "then routes them to MXFP4 (re-routed with the change: they route ok, nothing else "
+                               "changes); an ignored_layers entry would load them as BF16, not MXFP4")
+        held = f"the config already declares them MXFP4 ({rt.declared.source}); " if present else ""
+        where = (f"on {res.platform} {ENGINE} builds every routed-expert layer from moe_quant_algo "
+                 f"({_class(rt)} reads no list that routes experts to MXFP4)")
+        return [], f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk"
+    return [], f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin"

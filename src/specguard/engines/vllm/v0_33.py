@@ -86,6 +86,10 @@ V41_CLASS = "vllm.models.deepseek_v41.quant_config.DeepseekV4FP8Config"
 _QC = "vllm.model_executor.layers.quantization"
 _EXPERTS_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.ffn\.experts$")
 _NO_QUANT_CONFIG = ("ffn.gate", "compressor.fused_wkv_wgate", "indexer.weights_proj")
+# Modules only one of DeepSeek-V4's draft models builds (nvidia/dspark.py DSparkDeepseekV4Model,
+# nvidia/mtp.py DeepSeekV4MultiTokenPredictorLayer).
+_DSPARK_ONLY = frozenset({"main_proj", "main_norm", "markov_head", "confidence_head", "context_wkv_proj"})
+_MTP_ONLY = frozenset({"e_proj", "h_proj", "enorm", "hnorm", "shared_head"})
 # packed_modules_mapping of the model classes (nvidia/model.py; cpu/model.py and amd/model.py; deepseek_v2.py).
 _V4_PACKED = {"gate_up_proj": ["w1", "w3"], "fused_wqa_wkv": ["wq_a", "wkv"], "fused_wkv_wgate": ["wkv", "wgate"]}
 _GENERIC_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -259,13 +263,12 @@ class Vllm033:
         if kind in (r.NORM, r.OTHER):
             return self._plain(d, cls, "Parameter", "not a quantizable layer")
         if self.built_without_quant_config(runtime_prefix, kind):
-            return self._plain(d, cls, "UnquantizedLinearMethod",
-                               "the model builds this layer with quant_config=None")
+            return self._plain(d, cls, _unquantized_method(kind), "the model builds this layer with quant_config=None")
         if cls is None:
             if d.stack == "unknown":
                 return EngineChoice(Scheme(s.UNKNOWN, reason=f"quant_method {d.quant_method!r}"),
                                     "unknown", "specguard does not model this quant_method", None)
-            return self._plain(d, None, "UnquantizedLinearMethod", "no quantization config")
+            return self._plain(d, None, _unquantized_method(kind), "no quantization config")
         if cls != _class_of(d, model_type, self.platform):
             return EngineChoice(Scheme(s.UNKNOWN, reason="draft quant config cannot be built"), "ValueError",
                                 f"the draft is given the target's method ({cls.rsplit('.', 1)[-1]}) over its own "
@@ -280,19 +283,18 @@ class Vllm033:
             if kind == r.ROUTED_EXPERTS:
                 return EngineChoice(Scheme(s.MXFP4, s.GPT_OSS, group_size=32), "Mxfp4MoEMethod",
                                     "mxfp4.py Mxfp4Config.get_quant_method: every RoutedExperts", cls)
-            return self._plain(d, cls, "UnquantizedLinearMethod", "mxfp4.py: linears stay unquantized")
+            return self._plain(d, cls, _unquantized_method(kind), "mxfp4.py: linears stay unquantized")
         if isinstance(d, QuarkDeclared):
             return self._quark(d, cls, runtime_prefix, kind, model)
         if isinstance(d, TorchAODeclared):  # torchao.py TorchAOConfig.get_quant_method
             claim = d.scheme_for(runtime_prefix, kind=kind)
-            plain = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
-            return EngineChoice(claim.scheme, "TorchAOLinearMethod" if claim.quantized else plain,
+            return EngineChoice(claim.scheme, "TorchAOLinearMethod" if claim.quantized else _unquantized_method(kind),
                                 f"torchao: {claim.source}", cls)
         if isinstance(d, IntGroupDeclared) and d.stack == s.GPTQ and model in (TARGET_MODEL, MTP_MODEL):
             return self._gptq(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
             return self._int_group(d, cls, runtime_prefix, kind, model)
-        return self._plain(d, cls, "UnquantizedLinearMethod", "no quantization config")
+        return self._plain(d, cls, _unquantized_method(kind), "no quantization config")
 
     # -- helpers ----------------------------------------------------------------
 
@@ -308,10 +310,50 @@ class Vllm033:
         kind = self.draft_kind or role.draft_kind
         return {r.DSPARK: DSPARK_MODEL, r.EAGLE: EAGLE_MODEL}.get(kind, MTP_MODEL) if kind else MTP_MODEL
 
+    def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
+        """The shard prefixes vLLM tests ignore/exclude entries against for a fused
+        layer (``is_layer_skipped``: ``prefix.replace(proj, shard)`` for each shard
+        in the model's ``packed_modules_mapping``); empty for an unfused layer."""
+        model = model or self._model_of(prefix)
+        proj = prefix.rsplit(".", 1)[-1]
+        shards = self._packed(model).get(proj, ())
+        return tuple(prefix.replace(proj, shard) for shard in shards)
+
+    def not_built(self, prefix: str, model: str | None = None) -> EngineChoice | None:
+        """What stands in for ``builds`` when the ``model`` does not build this stored
+        module at all (None: it does). A module the engine model does not know is
+        never assumed to be a quantized linear: no claim."""
+        model = model or self._model_of(prefix)
+        why = self._foreign(prefix, model)
+        if why is None:
+            return None
+        return EngineChoice(Scheme(s.UNKNOWN, reason=why), "not built", why, self.quant_config_class(model))
+
+    def _foreign(self, prefix: str, model: str) -> str | None:
+        if self.layout.family != "deepseek_v4":
+            return None
+        parts = set(prefix.split("."))
+        if model == MTP_MODEL and parts & _DSPARK_ONLY:
+            return ("DeepSeek-V4's MTP model (models/deepseek_v4/nvidia/mtp.py) builds no "
+                    f"{'/'.join(sorted(parts & _DSPARK_ONLY))}: a DSpark module, not loaded")
+        if model == DSPARK_MODEL and parts & _MTP_ONLY:
+            return ("DeepSeek-V4's DSpark model (models/deepseek_v4/nvidia/dspark.py) builds no "
+                    f"{'/'.join(sorted(parts & _MTP_ONLY))}: an MTP module, not loaded")
+        return None
+
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         """Layers the model class builds with ``quant_config=None``: no config can quantize them."""
         family = self.layout.family
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
+            return True
+        dotted = f".{prefix}"
+        if ".confidence_head." in dotted or dotted.endswith(".markov_w1"):
+            # qwen3_dspark.py: DSparkConfidenceHead.proj is a ReplicatedLinear(params_dtype=float32)
+            # built without a quant config; DSparkMarkovHead.markov_w1 an nn.Embedding
+            return True
+        if family == "deepseek_v4" and ".markov_head." in dotted:
+            # deepseek_v4/nvidia/dspark.py builds DSparkMarkovHead without quant_config, so its
+            # markov_w2 ParallelLMHead gets none (Qwen3 DSpark passes its quant config on)
             return True
         parent, _, leaf = prefix.rpartition(".")
         if (leaf == "gate" and parent.rsplit(".", 1)[-1] in ("mlp", "ffn", "block_sparse_moe")
@@ -648,6 +690,15 @@ def _ct_vllm_match(name: str, target: str) -> bool:
     if target.startswith("re:"):
         return regex_match(target[3:], name)
     return target == name
+
+
+def _unquantized_method(kind: str) -> str:
+    """vLLM's unquantized method per layer class: embeddings and LM heads
+    (VocabParallelEmbedding / ParallelLMHead) get UnquantizedEmbeddingMethod."""
+    methods: dict[str, str] = {r.ROUTED_EXPERTS: "UnquantizedFusedMoEMethod",
+                               r.EMBEDDING_KIND: "UnquantizedEmbeddingMethod",
+                               r.HEAD_KIND: "UnquantizedEmbeddingMethod"}
+    return methods.get(kind, "UnquantizedLinearMethod")
 
 
 def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
