@@ -104,7 +104,10 @@ def parse_mxfp4(qc: dict, *, origin: str) -> Mxfp4Declared:
 
 def parse_gptq(qc: dict, *, origin: str) -> IntGroupDeclared:
     key = "quantization_config"
-    dynamic = {k: v for k, v in (qc.get("dynamic") or {}).items() if isinstance(k, str)}
+    raw = qc.get("dynamic") or {}
+    if not isinstance(raw, dict):  # gptq.py get_dynamic_override calls .items() on it
+        raise ConfigError(f"{key}.dynamic", "must be an object")
+    dynamic = {k: v for k, v in raw.items() if isinstance(k, str)}
     patterns = [Pattern(k, GPTQ_DYNAMIC, f"{key}.dynamic", UNQUANTIZED if k.startswith("-:") else QUANTIZED)
                 for k in dynamic]
     block = qc.get("modules_in_block_to_quantize") or []
