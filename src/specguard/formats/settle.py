@@ -37,7 +37,7 @@ def sniff_module(checkpoint: Checkpoint, module: Module) -> Sniff | None:
 # Conventions two stacks share on disk (FP8 ``weight``/``weight_scale``): the config's
 # quant method says whose they are.
 _SHARED_FORMATS = frozenset({s.FP8_TENSOR, s.FP8_CHANNEL, s.FP8_BLOCK})
-_CONVENTION_OF_STACK = {"modelopt": s.MODELOPT, "compressed-tensors": s.COMPRESSED_TENSORS}
+_CONVENTION_OF_STACK = {"modelopt": s.MODELOPT, "compressed-tensors": s.COMPRESSED_TENSORS, "quark": s.QUARK}
 
 
 def name_convention(scheme: Scheme, stack: str | None) -> Scheme:
