@@ -25,3 +25,12 @@ def test_an_earlier_negative_rule_wins():
 def test_per_module_override_of_the_first_positive_match():
     claim = _claim({"+:.*experts.*": {"group_size": 64}, "+:.*mtp.*": {"bits": 8}})
     assert (claim.scheme.format, claim.scheme.group_size) == (s.INT4_GROUP, 64)
+
+
+def test_a_dynamic_that_is_not_an_object_is_bad_input():
+    # gptq_utils.get_dynamic_override calls dynamic.items(): vLLM cannot read a list
+    import pytest
+
+    from specguard.errors import ConfigError
+    with pytest.raises(ConfigError, match="dynamic"):
+        _claim([None])  # type: ignore[arg-type]

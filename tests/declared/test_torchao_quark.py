@@ -44,3 +44,15 @@ def test_quark_fixture_configs(fixture, fmt, group):
     claim = d.scheme_for("model.layers.0.self_attn.o_proj", kind=r.LINEAR).scheme
     assert (claim.format, claim.group_size) == (fmt, group)
     assert not d.scheme_for("lm_head", kind=r.HEAD_KIND).quantized  # ParallelLMHead: no Quark method
+
+
+def test_quark_fp8_weight_scale_is_named_quark_by_its_config():
+    # Quark stores FP8 as weight/weight_scale like ModelOpt and compressed-tensors: the
+    # config's stack names the convention, in inspect and route alike (formats/settle.py)
+    from specguard.checkpoint.source import open_checkpoint
+    from specguard.commands.inspect import stored_schemes
+    from specguard.formats.table import classify
+
+    stored = stored_schemes(classify(open_checkpoint(PRODUCERS / "quark_fp8")))
+    fp8 = [sc for sc in stored.values() if sc.format == s.FP8_TENSOR]
+    assert fp8 and all(sc.convention == s.QUARK for sc in fp8)
