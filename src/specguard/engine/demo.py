@@ -6,7 +6,9 @@ layouts, loaded back under each routing policy (``resolver``, ``global``,
 speculation. Printed per policy: acceptance (overall and per draft position),
 mean acceptance length, tokens/s, speedup over no speculation, whether the
 output is identical to plain greedy decoding, and the LoadGuard report of the
-``global`` load.
+``global`` load; ``--json``: the same as one JSON object (docs/json.md).
+Tables go through ``specguard.terminal`` (one record per row where a terminal
+is too narrow); the progress bar goes to stderr.
 """
 
 from __future__ import annotations
