@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, take_turns
+from synth import bench_checkpoint, machine, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -28,8 +28,10 @@ def route_pass(root: Path) -> int:
 
 
 def main() -> None:
+    print(machine())
     root, args = bench_checkpoint(__doc__)
-    best, counts = take_turns({"inspect": inspect_pass, "route": route_pass}, root, args.repeat)
+    cpu: dict[str, float] = {}
+    best, counts = take_turns({"inspect": inspect_pass, "route": route_pass}, root, args.repeat, cpu)
     ins, rte = best["inspect"], best["route"]
     n = len(open_checkpoint(root).tensors)
     print(f"checkpoint: {n:,} tensors, {counts['inspect']:,} modules, {counts['route']:,} runtime modules; "
@@ -37,6 +39,8 @@ def main() -> None:
     print(f"  inspect (headers + classify)        {ins * 1000:8.1f} ms")
     print(f"  route (inspect + resolve all)       {rte * 1000:8.1f} ms")
     print(f"route / inspect = {rte / ins:.2f} (goal <= 1.5)")
+    print(f"CPU: inspect {cpu['inspect'] * 1000:.1f} ms, route {cpu['route'] * 1000:.1f} ms, "
+          f"route / inspect = {cpu['route'] / cpu['inspect']:.2f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import struct
 import time
@@ -130,13 +131,31 @@ def bench_checkpoint(doc: str | None = None, repeat: int = 3) -> tuple[Path, arg
     return root, args
 
 
-def take_turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> tuple[dict, dict]:
-    """Best time and last result of each function, taking turns so machine noise hits all alike."""
+def take_turns(
+    fns: dict[str, Callable[[Path], object]], root: Path, repeat: int, cpu: dict[str, float] | None = None,
+) -> tuple[dict, dict]:
+    """Best time and last result of each function, taking turns so machine noise hits all alike.
+
+    ``cpu``, when given, receives each function's best CPU time (this process's user +
+    system): on a shared machine wall time also counts the waits for other processes."""
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpus: dict[str, list[float]] = {k: [] for k in fns}
     results: dict[str, object] = {}
     for _ in range(repeat):
         for label, fn in fns.items():
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             results[label] = fn(root)
             times[label].append(time.perf_counter() - t)
+            cpus[label].append(time.process_time() - c)
+    if cpu is not None:
+        cpu.update({k: min(v) for k, v in cpus.items()})
     return {k: min(v) for k, v in times.items()}, results
+
+
+def machine() -> str:
+    """The CPU, its count and load (these machines are shared), OS and Python: printed with each result."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"machine: {cpu}, {os.cpu_count()} CPUs (load average {load}), {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")

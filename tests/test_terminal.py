@@ -169,3 +169,13 @@ def test_no_writable_home_names_xdg_cache_home(s1: str, open_dir: Path) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "XDG_CACHE_HOME" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_reader_that_stops_early_is_not_an_error(s1: str) -> None:
+    """`specguard rule --all | head -1`: exit 0, nothing on stderr."""
+    for args in (["rule", "--all"], ["inspect", "--json", s1]):
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before the first write: every write fails (EPIPE)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and err == b"", (args, err)

@@ -9,6 +9,7 @@ and shows as one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -189,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # every command leaves nothing half-written; say so in one line
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # `specguard inspect --json | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # `specguard rule --all | head`: the reader has all it wanted
+        # Python flushes stdout again at exit; point it at /dev/null so that says nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
@@ -206,6 +208,8 @@ def _run(argv: list[str]) -> int:
         return EXIT_BAD_INPUT
     try:
         return func(args)
+    except BrokenPipeError:
+        raise  # not the user's system refusing a file: main() ends quietly
     except (SpecguardError, OSError) as e:
         # Bad input or usage, or a file the user's system will not let us read
         # (permissions, a vanished disk); anything else is a bug and shows as one.

@@ -124,18 +124,21 @@ class Resolver:
     @classmethod
     def open(cls, source: str | os.PathLike[str], *, revision: str | None = None, remote: bool = False,
              draft_method: str | None = None, target: Resolver | None = None,
-             platform: str = "cuda") -> Resolver:
+             platform: str = "cuda", cache_dir: str | os.PathLike[str] | None = None,
+             follow_links: bool = False) -> Resolver:
         """One header pass per checkpoint per process (memoized, thread-safe).
 
         ``source``: a local directory or file, or a HF repo id resolved
-        through the local HF cache (``remote=True``: headers over HTTP)."""
+        through the local HF cache (``cache_dir``: another one) or, with
+        ``remote=True``, headers over HTTP. ``follow_links``: see ``open_checkpoint``."""
         p = Path(source)
         where = str(p.resolve()) if p.exists() else str(source)
-        key = (where, revision, remote, draft_method, id(target), platform)
+        key = (where, revision, remote, draft_method, id(target), platform, str(cache_dir), follow_links)
         with cls._lock:
             hit = cls._cache.get(key)
             if hit is None:
-                ckpt = open_checkpoint(source, revision=revision, remote=remote)
+                ckpt = open_checkpoint(source, revision=revision, remote=remote, cache_dir=cache_dir,
+                                       follow_links=follow_links)
                 hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform)
             return hit
 

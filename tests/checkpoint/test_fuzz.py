@@ -6,7 +6,8 @@ import contextlib
 import json
 import struct
 
-from hypothesis import HealthCheck, given, settings
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specguard.checkpoint import CheckpointError
@@ -57,3 +58,45 @@ def test_files_with_any_length_prefix(tmp_path_factory, body, n):
     p.write_bytes(struct.pack("<Q", n) + body)
     with contextlib.suppress(CheckpointError):
         read_header(p)
+
+
+def _both(raw: bytes, size: int):
+    """parse_header (typed decoder first) and the dict path alone: result or error line."""
+    from specguard.checkpoint.header import _parse_dicts
+
+    out = []
+    for parse in (parse_header, lambda r, s, w: _parse_dicts(r, s, w, None)):
+        try:
+            h = parse(raw, size, "fuzz")
+            out.append((h.tensors, h.metadata, h.data_start))
+        except CheckpointError as e:
+            out.append(str(e))
+    return out
+
+
+metadata = st.dictionaries(st.text(max_size=4), st.text(max_size=4) | st.integers(0, 3), max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["F32", "U8", "F4", "BF16", "Q9"]), st.lists(st.integers(-1, 5), max_size=3)),
+             max_size=5),
+    st.none() | metadata, st.integers(-1, 1), st.booleans(),
+)
+def test_typed_decoder_accepts_exactly_what_the_dict_path_accepts(tensors, meta, slack, reverse):
+    """The msgspec path is a fast path only: same records, same metadata, same errors."""
+    from specguard.checkpoint.dtypes import BITS
+
+    header, pos = {}, 0
+    for i, (dtype, shape) in enumerate(tensors):
+        n = max(0, int(np.prod(shape or [1]) * BITS.get(dtype, 8)) // 8)
+        header[f"t{i}"] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + n]}
+        pos += n
+    if reverse:
+        header = dict(reversed(header.items()))
+    if meta is not None:
+        header = {"__metadata__": meta, **header}
+    raw = json.dumps(header).encode()
+    typed, dicts = _both(raw, 8 + len(raw) + pos + slack)
+    event("accepted" if isinstance(typed, tuple) else "rejected")
+    assert typed == dicts

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import struct
 
 import numpy as np
 import pytest
 
 from specguard.checkpoint import CheckpointError, open_checkpoint
+from specguard.checkpoint.header import MAX_HEADER
 from specguard.checkpoint.writer import save_file, save_index
-from tests.checkpoint.hubserver import HubServer
+from specguard.cli import main
+from tests.checkpoint.hubserver import Answer, HubServer
+
+INDEX = "model.safetensors.index.json"
+SHARD1 = "model-00001-of-00002.safetensors"
 
 
 @pytest.fixture
 def hub_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # specguard's own cache of remote reads
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     from huggingface_hub import constants
 
@@ -87,3 +95,155 @@ def test_lint_and_route_over_remote_headers(hub_env, monkeypatch, scenarios):
     assert {"SG201", "SG202"} <= {f.code for f in result.findings}
     assert result.bytes_read == 0
     assert r.route("model.layers.2.ffn.experts").verdict == "misrouted"
+
+
+def _same(a, b):
+    """Two opened checkpoints hold the same tensors, shards and configs."""
+    assert dict(a.tensors) == dict(b.tensors) and a.files == b.files
+    assert a.config == b.config and a.hf_quant_config == b.hf_quant_config
+
+
+def _many_shards(root, shards=24, tensors=40):
+    root.mkdir()
+    wm = {}
+    for s in range(shards):
+        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        t = {f"model.layers.{s}.mlp.experts.{e}.down_proj.weight": np.zeros((4, 2 + e % 5), np.float32)
+             for e in range(tensors)}
+        save_file(t, root / name)
+        wm.update(dict.fromkeys(t, name))
+    save_index(wm, root, 0)
+    (root / "config.json").write_text(json.dumps({"num_hidden_layers": shards}))
+    (root / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
+    return wm
+
+
+def test_concurrent_reads_match_the_local_pass(hub_env, monkeypatch):
+    """24 shards read by the pool: the same checkpoint as the local pass, in shards + 3
+    requests (index, two configs), one range read per shard, and reads really overlapping."""
+    _many_shards(hub_env / "repo")
+    with HubServer({"acme/many": hub_env / "repo"}, delay=0.05) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        seen = []
+        ckpt = open_checkpoint("acme/many", remote=True, progress=lambda done, total: seen.append((done, total)))
+    _same(ckpt, open_checkpoint(hub_env / "repo"))
+    assert ckpt.commit == hub.commit
+    assert seen == [(i, 24) for i in range(1, 25)]  # the bar advances once per shard, on the main thread
+    assert len(hub.requests) == 24 + 3
+    ranged = [r for r in hub.requests if r.range]
+    assert len(ranged) == 24 and len({r.path for r in ranged}) == 24
+    # Sequential reads would arrive at least one 50 ms answer apart; the pool sends them
+    # together (after the first, which goes alone to size the others' reads).
+    arrivals = sorted(r.time for r in ranged)[1:]
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) < 0.025
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_one_range_read_per_shard(hub_env, monkeypatch, big):
+    """Headers over 100 kB still fit one read: the first read is sized from the index."""
+    _repo(hub_env / "repo", big)
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        open_checkpoint("acme/tiny", remote=True)
+    assert [r.method for r in hub.requests].count("HEAD") == 0  # a first audit: the index GET resolves
+    assert len([r for r in hub.requests if r.range]) == 2 and len(hub.requests) == 2 + 3
+    header_bytes = sum(8 + struct.unpack("<Q", (hub_env / "repo" / f).read_bytes()[:8])[0]
+                       for f in (SHARD1, "model-00002-of-00002.safetensors"))
+    index_and_configs = sum((hub_env / "repo" / f).stat().st_size for f in (INDEX, "config.json"))
+    # The shard read first is asked for generously (nothing calibrates it); the other fits within 3 %.
+    assert hub.bytes_sent <= 1.5 * (header_bytes + index_and_configs) + 2 * 100_000 * (not big)
+
+
+def test_second_audit_of_a_commit_costs_one_request(hub_env, monkeypatch):
+    _many_shards(hub_env / "repo", shards=4)
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        first = open_checkpoint("acme/many", remote=True)
+        hub.reset()
+        again = open_checkpoint("acme/many", remote=True)
+        assert [r.method for r in hub.requests] == ["HEAD"]  # the revision lookup only
+        hub.reset()
+        pinned = open_checkpoint("acme/many", revision=hub.commit, remote=True)
+        assert hub.requests == []  # a commit needs no lookup
+        hub.commit = "d" * 40  # a new push: read again, after the HEAD
+        moved = open_checkpoint("acme/many", remote=True)
+        assert len(hub.requests) == 4 + 4 and hub.requests[0].method == "HEAD"
+    _same(first, again)
+    _same(first, pinned)
+    _same(first, moved)
+    cached = list((hub_env / "xdg" / "specguard" / "remote").rglob("*.msgpack"))
+    assert sorted(p.name.split(".")[0] for p in cached) == ["c" * 40, "d" * 40]
+    cached[0].write_bytes(b"not msgpack")  # a damaged cache entry is a miss, never an error
+    with HubServer({"acme/many": hub_env / "repo"}, commit=cached[0].name.split(".")[0]) as hub2:
+        monkeypatch.setenv("HF_ENDPOINT", hub2.endpoint)
+        open_checkpoint("acme/many", remote=True)
+
+
+def test_retries_429_after_retry_after_and_503(hub_env, monkeypatch):
+    _repo(hub_env / "repo")
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        hub.script[INDEX] = [Answer(429, {"Retry-After": "1"})]
+        hub.script[SHARD1] = [Answer(503, {})]
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        ckpt = open_checkpoint("acme/tiny", remote=True)
+    assert len(ckpt.tensors) == 4
+    index_gets = [r.time for r in hub.requests if r.path.endswith(INDEX)]
+    assert len(index_gets) == 2 and index_gets[1] - index_gets[0] >= 1.0  # Retry-After honoured
+    assert len([r for r in hub.requests if r.path.endswith(SHARD1)]) == 2
+
+
+def test_token_travels_with_every_request(hub_env, monkeypatch):
+    _repo(hub_env / "repo")
+    monkeypatch.setenv("HF_TOKEN", "hf_specguardtesttoken")
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        open_checkpoint("acme/tiny", remote=True)
+    assert {r.authorization for r in hub.requests} == {"Bearer hf_specguardtesttoken"}
+
+
+def test_single_file_repo_in_two_rounds(hub_env, monkeypatch):
+    root = hub_env / "single"
+    root.mkdir()
+    save_file({"a.weight": np.zeros((3, 3), np.float32)}, root / "model.safetensors")
+    with HubServer({"acme/one": root}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        ckpt = open_checkpoint("acme/one", remote=True)
+        assert set(ckpt.tensors) == {"a.weight"} and ckpt.config is None and len(hub.requests) == 4
+        (root / "model.safetensors").unlink()
+        hub.commit = "e" * 40
+        with pytest.raises(CheckpointError, match=r"no model\.safetensors\.index\.json and no model\.safetensors"):
+            open_checkpoint("acme/one", remote=True)
+
+
+def _bad_answers(shard: bytes) -> dict[str, tuple[Answer, str]]:
+    """Each way a server can lie about a shard, and the message that must name it."""
+    size = len(shard)
+    n = struct.unpack("<Q", shard[:8])[0]
+    return {
+        "truncated range": (Answer(206, {"Content-Range": f"bytes 0-{size - 1}/{size}"}, shard[:100]),
+                            "truncated or wrong range"),
+        "size says shorter": (Answer(206, {"Content-Range": f"bytes 0-{n - 1}/{n}"}, shard[:n]),
+                              "runs past the end of the file"),
+        "size says longer": (Answer(200, {}, shard + b"\0" * 64), "data section holds"),
+        "header over the cap": (Answer(200, {}, struct.pack("<Q", MAX_HEADER + 1) + b"{}" + b" " * 6), "exceeds the"),
+        "HTML error page": (Answer(200, {"Content-Type": "text/html; charset=utf-8"},
+                                   b"<!DOCTYPE html><html><body>Service unavailable</body></html>"), "HTML page"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_answers(b"\0" * 16)))
+def test_bad_answers_are_one_line_and_exit_2(hub_env, monkeypatch, capsys, case):
+    _repo(hub_env / "repo")
+    shard = (hub_env / "repo" / SHARD1).read_bytes()
+    answer, message = _bad_answers(shard)[case]
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        hub.script[SHARD1] = [answer]
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(CheckpointError, match=message) as err:
+            open_checkpoint("acme/tiny", remote=True)
+        assert SHARD1 in str(err.value)
+        hub.script[SHARD1] = [answer]
+        assert main(["inspect", "acme/tiny", "--remote"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message.split()[0] in lines[0]
+    assert not list((hub_env / "xdg").rglob("*.msgpack"))  # a bad answer is never cached

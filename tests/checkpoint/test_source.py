@@ -137,3 +137,58 @@ def test_hf_cache_repo_id_without_network(tmp_path, monkeypatch):
     assert set(ckpt.tensors) == {"a.weight"} and ckpt.config == {"num_hidden_layers": 1}
     with pytest.raises(CheckpointError, match="not in the local Hugging Face cache"):
         open_checkpoint("acme/absent")
+
+
+def _cache_with(cache, repo_id: str, commit: str = "b" * 40):
+    """A real huggingface_hub cache layout holding one snapshot of ``repo_id`` at ``main``."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    save_file({"a.weight": np.zeros(2, np.float32)}, snap / "model.safetensors")
+    (snap / "config.json").write_text(json.dumps({"num_hidden_layers": 1}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snap
+
+
+def test_revision_and_cache_dir_are_named_and_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    other = tmp_path / "download-dir"
+    _cache_with(other, "acme/elsewhere")
+    # a cache that is not the user's default one (vLLM's --download-dir)
+    assert set(open_checkpoint("acme/elsewhere", cache_dir=other).tensors) == {"a.weight"}
+    with pytest.raises(CheckpointError, match=r"revision 'v2' is not in the local Hugging Face cache at "):
+        open_checkpoint("acme/elsewhere", revision="v2", cache_dir=other)
+
+
+def test_revision_on_a_local_path_is_refused(tmp_path):
+    from specguard.errors import UsageError
+
+    save_file({"a.weight": np.zeros(2, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(UsageError, match="applies to a Hugging Face repo id"):
+        open_checkpoint(tmp_path, revision="v2")
+
+
+def test_a_text_file_named_model_safetensors_is_not_a_safetensors_file(tmp_path):
+    (tmp_path / "model.safetensors").write_text("Hello, this is a text file, not tensors\n" * 4)
+    with pytest.raises(CheckpointError) as err:
+        open_checkpoint(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'model.safetensors'}: not a safetensors file")
+
+
+def test_symlinked_shards_on_another_disk_are_read_only_when_asked(scenarios, tmp_path):
+    """The CLI reads what the directory holds; an engine (follow_links) reads the links too."""
+    src = scenarios["s1"].path
+    moved, ckpt = tmp_path / "other-disk", tmp_path / "ckpt"
+    moved.mkdir()
+    ckpt.mkdir()
+    for f in src.iterdir():
+        if f.suffix == ".safetensors":
+            (moved / f.name).write_bytes(f.read_bytes())
+            (ckpt / f.name).symlink_to(moved / f.name)
+        else:
+            (ckpt / f.name).write_bytes(f.read_bytes())
+    (moved / "config.json").unlink(missing_ok=True)  # not an overlay written by `specguard fix`
+    with pytest.raises(CheckpointError, match="symlink that escapes"):
+        open_checkpoint(ckpt)
+    assert set(open_checkpoint(ckpt, follow_links=True).tensors) == set(open_checkpoint(src).tensors)

@@ -4,7 +4,7 @@
   (SG303's premise), and AutoGPTQ's ``maybe_update_config`` still sees it (a glob):
   specguard's header scan lists the same modules vLLM does.
 - ``RoutedExperts.load_weights`` on expert names with the index after the projection:
-  SG701's model of the loader (``vllm033_loader.expert_load``) against the real layer.
+  SG702's model of the loader (``vllm033_loader.expert_load``) against the real layer.
 """
 
 from __future__ import annotations

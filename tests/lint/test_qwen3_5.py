@@ -72,7 +72,7 @@ def test_stored_truth_of_the_unindexed_drafter_is_read(scenarios):
 def test_expert_index_after_the_projection(scenarios):
     q3 = scenarios["q3"]
     (f,) = lint(resolvers_for(q3)).findings
-    assert f.code == "SG701" and "fails to start" in f.message
+    assert f.code == "SG702" and "fails to start" in f.message
     assert all(".experts.down_proj." in n for n in f.data["fails"])
     assert {n.split(".experts.")[1].split(".")[0] for n in f.data["skipped"]} == {"gate_proj", "up_proj"}
     # g_idx is dropped by vLLM's loader before the layer sees it (get_checkpoint_weight_mapper)

@@ -27,7 +27,7 @@ EXPECTED = {
     "q1-dense": set(),  # vLLM 0.33's header scan keeps the BF16 MTP linears unquantized
     "q1-listed": {"SG203"},
     "q2": {"SG303", "SG601"},
-    "q3": {"SG701"},
+    "q3": {"SG702"},
     "q4": {"SG204"},
     "q4-fc": {"SG203"},
     "q0-ct": set(),

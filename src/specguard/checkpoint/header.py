@@ -11,9 +11,9 @@ import os
 import struct
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import mul
-from typing import NamedTuple
+from operator import attrgetter, mul
 
+import msgspec
 import orjson
 
 from specguard.checkpoint.dtypes import BITS
@@ -22,18 +22,29 @@ from specguard.checkpoint.errors import CheckpointError
 MAX_HEADER = 100_000_000  # the safetensors reference's limit (bytes)
 
 
-class TensorInfo(NamedTuple):
-    """One tensor as its header describes it. ``offsets`` are absolute in ``file``.
+class TensorInfo(msgspec.Struct, gc=False, omit_defaults=True):
+    """One tensor as its header describes it.
 
-    A NamedTuple rather than a frozen dataclass: 100,000 of these are built per
-    header pass and tuple construction is several times cheaper.
+    The typed decoder builds these straight from the header's JSON (the first
+    three fields are the entry's own keys), and the pass then fills in name,
+    shard and where its data section starts: no second record per tensor. Not
+    tracked by the cyclic collector (``gc=False``: it holds strings and ints).
+    ``offsets`` are absolute in ``file``.
     """
 
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    file: str
-    offsets: tuple[int, int]
+    # The defaults stand for a missing key: each fails validation (no dtype, a negative
+    # dimension, offsets that cannot tile from 0), sending the header to the dict path.
+    dtype: str = ""
+    shape: tuple[int, ...] = (-1,)
+    data_offsets: tuple[int, int] = (-1, -1)  # relative to the data section, as stored
+    name: str = ""
+    file: str = ""
+    data_start: int = 0  # 8 + the header's length
+
+    @property
+    def offsets(self) -> tuple[int, int]:
+        begin, end = self.data_offsets
+        return self.data_start + begin, self.data_start + end
 
     @property
     def numel(self) -> int:
@@ -41,7 +52,7 @@ class TensorInfo(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        return self.offsets[1] - self.offsets[0]
+        return self.data_offsets[1] - self.data_offsets[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +86,56 @@ def read_header(path: str | os.PathLike[str], display: str | None = None) -> Fil
 
 
 def check_header_length(n: int, size: int, where: str) -> None:
+    # A safetensors file starts with the 8-byte length of a JSON header; any other
+    # file (text, a pickle, an HTML error page) fails here first: say which it is not.
     if n > MAX_HEADER:
-        raise CheckpointError(where, f"header length {n} exceeds the {MAX_HEADER}-byte limit")
+        raise CheckpointError(where, f"not a safetensors file (its first 8 bytes give a header length of {n}, "
+                                     f"which exceeds the {MAX_HEADER}-byte limit)")
     if 8 + n > size:
-        raise CheckpointError(where, f"header length {n} runs past the end of the file ({size} bytes)")
+        raise CheckpointError(where, f"not a safetensors file, or truncated (header length {n} runs past "
+                                     f"the end of the file, {size} bytes)")
 
 
-def parse_header(raw: bytes, size: int, where: str) -> FileHeader:
-    """Validate a header's JSON against the file size, as the reference does."""
+class _Metadata(msgspec.Struct, rename={"metadata": "__metadata__"}):
+    metadata: dict[str, str] | None = None  # every other key is skipped unread
+
+
+_DECODE_ENTRIES = msgspec.json.Decoder(dict[str, TensorInfo]).decode
+_DECODE_METADATA = msgspec.json.Decoder(_Metadata).decode
+_DTYPE, _SHAPE, _DATA_OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
+
+
+def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> FileHeader:
+    """Validate a header's JSON against the file size, as the reference does.
+
+    ``where`` names the file in messages; ``file`` (default ``where``) is what
+    each TensorInfo names as its shard.
+
+    A typed decoder (msgspec) reads well-formed headers into structs, checking
+    every type in C; what it rejects, or what fails a check after it, goes
+    through the dict path, which accepts exactly the same headers and names
+    the first bad entry (benchmarks/headers.py; tests/checkpoint/test_fuzz.py)."""
+    data_start = 8 + len(raw)
+    try:
+        tensors = _DECODE_ENTRIES(raw)
+        metadata = _DECODE_METADATA(raw).metadata or {} if "__metadata__" in tensors else {}
+    except msgspec.DecodeError:
+        pass
+    else:
+        tensors.pop("__metadata__", None)
+        entries = list(tensors.values())
+        dtypes, shapes = list(map(_DTYPE, entries)), list(map(_SHAPE, entries))
+        if _valid(dtypes, shapes, list(map(_DATA_OFFSETS, entries)), size - data_start):
+            file = file or where
+            for name, t in tensors.items():  # the decoded entries become the records
+                t.name = name
+                t.file = file
+                t.data_start = data_start
+            return FileHeader(file, size, data_start, tensors, metadata)
+    return _parse_dicts(raw, size, where, file)
+
+
+def _parse_dicts(raw: bytes, size: int, where: str, file: str | None) -> FileHeader:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -92,58 +145,66 @@ def parse_header(raw: bytes, size: int, where: str) -> FileHeader:
         raise CheckpointError(where, f"header is a JSON {type(obj).__name__}, not an object")
     data_start = 8 + len(raw)
     metadata = _metadata(obj.pop("__metadata__", None), where)
-    tensors = _fast_tensors(obj, data_start, size - data_start, where)
+    tensors = _fast_tensors(obj, data_start, size - data_start, file or where)
     if tensors is None:  # something is wrong: the careful pass names the entry
         tensors = _careful_tensors(obj, data_start, where)
         _check_layout(tensors, size - data_start, data_start, where)
         raise CheckpointError(where, "header failed validation")  # not reached: the careful pass raised
-    return FileHeader(where, size, data_start, tensors, metadata)
+    return FileHeader(file or where, size, data_start, tensors, metadata)
 
 
-def _fast_tensors(obj: dict, data_start: int, buffer: int, where: str) -> dict[str, TensorInfo] | None:
-    """All checks of ``_careful_tensors`` + ``_check_layout`` as whole-column
-    operations (map/zip/set run in C), or None when any fails.
-
-    The header pass is dominated by per-tensor Python overhead; this keeps it
-    near the cost of ``json.loads`` itself (benchmarks/headers.py).
-    """
-    names = list(obj)
+def _fast_tensors(obj: dict, data_start: int, buffer: int, file: str) -> dict[str, TensorInfo] | None:
+    """The types ``_careful_tensors`` checks, as whole-column operations
+    (map/zip/set run in C), then ``_valid``; the records, or None when any fails."""
     entries = list(obj.values())
     try:
         dtypes = [e["dtype"] for e in entries]
         shapes = [e["shape"] for e in entries]
-        offsets = [e["data_offsets"] for e in entries]
-        begins, ends = zip(*offsets, strict=True) if names else ((), ())
+        offsets = [tuple(e["data_offsets"]) for e in entries]
+        begins, ends = zip(*offsets, strict=True) if entries else ((), ())
     except (KeyError, TypeError, ValueError):
         return None
-    if not set(map(type, dtypes)) <= {str} or not set(dtypes) <= BITS.keys():
+    if not set(map(type, dtypes)) <= {str} or not set(map(type, shapes)) <= {list}:
         return None
-    if not set(map(type, shapes)) <= {list}:
-        return None
-    dims = list(chain.from_iterable(shapes))
-    if not set(map(type, dims)) <= {int} or min(dims, default=0) < 0:
+    if not set(map(type, chain.from_iterable(shapes))) <= {int}:
         return None
     if not set(map(type, begins)) | set(map(type, ends)) <= {int}:
         return None
+    shapes = list(map(tuple, shapes))
+    if not _valid(dtypes, shapes, offsets, buffer):
+        return None
+    return {
+        name: TensorInfo(dtype, shape, offs, name, file, data_start)
+        for name, dtype, shape, offs in zip(obj, dtypes, shapes, offsets, strict=True)
+    }
+
+
+def _valid(dtypes: list[str], shapes: list[tuple[int, ...]], offsets: list[tuple[int, int]], buffer: int) -> bool:
+    """All value checks of ``_careful_tensors`` + ``_check_layout`` on well-typed
+    columns, as whole-column operations (map/zip/set run in C).
+
+    The header pass is dominated by per-tensor Python overhead; this keeps it
+    near the cost of decoding the JSON itself (benchmarks/headers.py).
+    """
+    if not set(dtypes) <= BITS.keys():
+        return False
+    if min(chain.from_iterable(shapes), default=0) < 0:
+        return False
+    begins, ends = zip(*offsets, strict=True) if offsets else ((), ())
     bits = list(map(mul, map(math.prod, shapes), map(BITS.__getitem__, dtypes)))
-    if any(map(operator.and_, bits, repeat(7))):
-        return None
-    spans = list(map(operator.sub, ends, begins))
-    if list(map(operator.rshift, bits, repeat(3))) != spans or min(begins, default=0) < 0:
-        return None
+    # 8 x span == bits: whole bytes, and exactly the bytes dtype x shape needs (spans >= 0)
+    if list(map(mul, map(operator.sub, ends, begins), repeat(8))) != bits:
+        return False
+    # Spans tiling [0, buffer) from 0 also proves every begin >= 0.
     if begins and (begins[0] != 0 or begins[1:] != ends[:-1]):  # not in offset order: sort first
-        order = sorted(zip(begins, ends, strict=True))
+        order = sorted(offsets)
         starts, stops = [b for b, _ in order], [e for _, e in order]
         if starts[0] != 0 or starts[1:] != stops[:-1]:
-            return None
+            return False
         last = stops[-1]
     else:
         last = ends[-1] if ends else 0
-    if last != buffer:
-        return None
-    absolute = zip(map(data_start.__add__, begins), map(data_start.__add__, ends), strict=True)
-    rows = zip(names, dtypes, map(tuple, shapes), repeat(where), absolute)
-    return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows), strict=True))
+    return last == buffer
 
 
 def _careful_tensors(obj: dict, data_start: int, where: str) -> dict[str, TensorInfo]:
@@ -177,7 +238,7 @@ def _careful_tensors(obj: dict, data_start: int, where: str) -> dict[str, Tensor
                 f"{where} [{name}]",
                 f"{dtype} {shape} needs {total >> 3} bytes but data_offsets span {end - begin}",
             )
-        tensors[name] = TensorInfo(name, dtype, tuple(shape), where, (data_start + begin, data_start + end))
+        tensors[name] = TensorInfo(dtype, tuple(shape), (begin, end), name, where, data_start)
     return tensors
 
 
@@ -205,7 +266,7 @@ def _check_layout(tensors: dict[str, TensorInfo], buffer: int, data_start: int, 
         )
 
 
-_OFFSETS = operator.itemgetter(4)  # TensorInfo.offsets; (begin, end) sorts by begin
+_OFFSETS = attrgetter("data_offsets")  # (begin, end) sorts by begin
 
 
 def _rel(t: TensorInfo, data_start: int) -> list[int]:

@@ -1,114 +1,334 @@
 """Remote headers over HTTP range requests, through huggingface_hub's client.
 
-Only the index, config files and each shard's header bytes travel; tensor data
-never does. Headers are validated by the same strict parser as local files;
-the file size for the layout check comes from the ``Content-Range`` answer.
+Only the index, the config files and each shard's header bytes travel; tensor
+data never does. For a repo of S shards, S + 3 requests in three rounds and
+the waves of the last:
+
+1. the index at the asked revision; its answer names the commit the revision
+   resolves to (``X-Repo-Commit``), or says the repo has no index (404);
+2. both config files by commit (a 404 says one is absent: no separate question
+   whether it exists), together with the header of the shard holding the most
+   tensors, which shows how many bytes an entry takes beyond its name;
+3. every other shard's header from a bounded pool, each in one range read sized
+   from the names the index gives it, parsed as it arrives.
+
+What was read is cached by commit (cache.py). A repo seen before starts with a
+HEAD instead, which resolves the revision without the index's bytes: a second
+audit of the same revision costs that one request; after a push the index then
+travels with the configs (S + 4).
+Answers are validated as strictly as local files, plus what only a server can
+get wrong: a range shorter than asked, a size that lies, an HTML page.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-
+from specguard.checkpoint import cache
+from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
-from specguard.checkpoint.header import FileHeader, TensorInfo, check_header_length, parse_header
+from specguard.checkpoint.header import FileHeader, check_header_length, parse_header
+from specguard.checkpoint.index import (
+    CONFIG,
+    CONFIGS,
+    HF_QUANT_CONFIG,
+    INDEX,
+    SINGLE,
+    escapes,
+    load_index,
+    load_json,
+    merge,
+)
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
-FIRST_READ = 100_000  # bytes asked for first; most headers fit, as in huggingface_hub
-TIMEOUT = 30.0
-_CONTENT_RANGE = re.compile(r"bytes \d+-\d+/(\d+)")
+if TYPE_CHECKING:
+    import httpx2
+
+# Requests in flight at once. The Hub counts requests per 5-minute window (its
+# resolver quota is in the thousands even for anonymous users), not open
+# connections; 32 is huggingface_hub's own cap for its thread pools
+# (utils/tqdm.py, thread_map) and reads a 163-shard header set in 6 waves.
+POOL = 32
+FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
+TIMEOUT = 30.0  # seconds per request; timeouts are retried
+RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped answers (huggingface_hub's http_backoff)
+ENTRY_MARGIN = 1.05  # on the learned bytes per entry: shards of other tensor kinds (a drafter's) differ ~5 %
+CALIBRATE_FROM = 16  # tensors a shard needs before its bytes per entry size the others' reads
+SLACK = 256  # bytes per first read beyond the estimate (metadata, padding)
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+Progress = Callable[[int, int], None]
 
 
-def open_remote(repo_id: str, revision: str | None):  # -> Checkpoint (import cycle)
+def open_remote(repo_id: str, revision: str | None, progress: Progress | None = None) -> Checkpoint:
     import httpx2 as httpx  # huggingface_hub's HTTP client
-    from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    from specguard.checkpoint.source import Checkpoint, _merge, escapes, weight_map_of
-
-    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
+    hub = _Hub(repo_id)
+    if revision and _COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
+        snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, revision))
+        if snapshot is not None:
+            return _build(repo_id, revision, snapshot)
     try:
-        weight_map = None
-        if api.file_exists(repo_id, INDEX, revision=revision):
-            weight_map = weight_map_of(_json(api, repo_id, INDEX, revision), f"{repo_id}/{INDEX}")
-            files = sorted(set(weight_map.values()))
-            for f in files:
-                if escapes(f):
-                    raise CheckpointError(f"{repo_id}/{INDEX} [{f}]", "shard path escapes the repository")
-        elif api.file_exists(repo_id, SINGLE, revision=revision):
-            files = [SINGLE]
+        if cache.seen(hub.endpoint, repo_id):
+            commit, indexed = hub.lookup(revision)
+            snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, commit))
+            if snapshot is not None:
+                return _build(repo_id, commit, snapshot)
+            index, fetch_index = None, indexed  # the index travels with the configs
         else:
-            raise CheckpointError(repo_id, f"no {INDEX} and no {SINGLE} in the repository")
-        headers = [_remote_header(api, repo_id, f, revision) for f in files]
-        configs = {
-            name: _json(api, repo_id, name, revision) if api.file_exists(repo_id, name, revision=revision) else None
-            for name in ("config.json", "hf_quant_config.json")
-        }
+            (index, commit), fetch_index = hub.get_file(INDEX, revision), False
+        snapshot, headers = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
+        checkpoint = _build(repo_id, commit, snapshot, headers)  # validated before it is cached
     except HfHubHTTPError as e:
         raise CheckpointError(repo_id, f"HTTP error: {str(e).splitlines()[0]}") from e
-    except (OSError, httpx.HTTPError) as e:  # refused, DNS, timeouts, offline mode
+    except (OSError, httpx.HTTPError) as e:  # refused, DNS, timeouts after retries, offline mode
         raise CheckpointError(repo_id, f"cannot reach the server: {e}") from e
-    tensors: dict[str, TensorInfo] = _merge(headers, weight_map)
-    return Checkpoint(
-        repo_id, None, tuple(files), tensors, configs["config.json"], configs["hf_quant_config.json"], remote=True
-    )
+    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
+    return checkpoint
 
 
-def _json(api, repo_id: str, name: str, revision: str | None) -> dict:
-    path = api.hf_hub_download(repo_id, name, revision=revision)  # small file, into the HF cache
-    try:
-        with open(path, "rb") as f:
-            obj = orjson.loads(f.read())
-    except orjson.JSONDecodeError as e:
-        raise CheckpointError(f"{repo_id}/{name}", f"not readable JSON ({e})") from e
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{repo_id}/{name}", "must hold a JSON object")
-    return obj
+class _Hub:
+    """Requests to one repo: the user's token on each, retries with backoff."""
 
+    def __init__(self, repo_id: str) -> None:
+        from huggingface_hub import constants
+        from huggingface_hub.utils import build_hf_headers
 
-def _get_range(api, url: str, start: int, end: int) -> tuple[bytes, int | None]:
-    """Bytes [start, end] of ``url`` and the file's total size (from Content-Range)."""
-    import httpx2 as httpx  # huggingface_hub's HTTP client
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+        self.repo_id = repo_id
+        self.endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+        self.headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
 
-    try:
-        r = get_session().get(
-            url, headers={**build_hf_headers(), "range": f"bytes={start}-{end}"}, timeout=TIMEOUT,
-            follow_redirects=True,
+    def url(self, name: str, revision: str | None) -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(self.repo_id, name, revision=revision, endpoint=self.endpoint)
+
+    def request(
+        self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str] | None = None,
+    ) -> httpx2.Response:
+        """One request, retried on 429 (after ``Retry-After``), 5xx and timeouts."""
+        import httpx2 as httpx
+        from huggingface_hub.utils import http_backoff
+
+        return http_backoff(
+            method, url, headers={**self.headers, **(headers or {})}, timeout=TIMEOUT, max_retries=RETRIES,
+            # A refused connection or unknown host is not retried: the server is not there.
+            retry_on_exceptions=(httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError),
+            follow_redirects=method == "GET",  # a HEAD answers on the Hub itself; GETs go on to the CDN
         )
-    except httpx.HTTPError as e:
-        raise OSError(str(e)) from e
-    hf_raise_for_status(r)
-    m = _CONTENT_RANGE.match(r.headers.get("content-range", ""))
-    if m:
-        return r.content, int(m.group(1))
-    if r.status_code == 200:  # server ignored the range: the body is the whole file
-        return r.content[start : end + 1], len(r.content)
-    return r.content, None
+
+    def lookup(self, revision: str | None) -> tuple[str, bool]:
+        """The commit ``revision`` resolves to, and whether the repo has an index: one HEAD."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        r = self.request("HEAD", self.url(INDEX, revision))
+        if r.status_code >= 400 and not _missing_entry(r):
+            hf_raise_for_status(r)
+        return self.commit_of(r, revision), r.status_code < 400
+
+    def get_file(self, name: str, revision: str | None) -> tuple[bytes | None, str]:
+        """A small file's bytes (None when the repo has no such file) and the commit they are from."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        r = self.request("GET", self.url(name, revision))
+        commit = self.commit_of(r, revision)
+        if _missing_entry(r):
+            return None, commit
+        hf_raise_for_status(r)
+        _not_html(r, f"{self.repo_id}/{name}")
+        return r.content, commit
+
+    def commit_of(self, r: httpx2.Response, revision: str | None) -> str:
+        """The commit the Hub resolved ``revision`` to: on its own answer, before any CDN redirect."""
+        commit = next((h.headers["x-repo-commit"] for h in (*r.history, r) if "x-repo-commit" in h.headers), None)
+        if commit is None:
+            if revision and _COMMIT.match(revision):
+                return revision
+            raise CheckpointError(self.repo_id, f"the server did not name the commit of {revision or 'main'}")
+        if not _COMMIT.match(commit):
+            raise CheckpointError(self.repo_id, f"the server named {commit[:60]!r} as the commit, not a hash")
+        return commit
+
+    def get_range(self, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
+        """Bytes [start, end] of a file (fewer only where the file ends) and its size."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        where = f"{self.repo_id}/{name}"
+        r = self.request("GET", self.url(name, commit), {"range": f"bytes={start}-{end}"})
+        hf_raise_for_status(r)
+        _not_html(r, where)
+        if r.status_code == 200:  # the server ignored the range: the body is the whole file
+            return r.content[start : end + 1], len(r.content)
+        m = _CONTENT_RANGE.match(r.headers.get("content-range", ""))
+        if r.status_code != 206 or m is None:
+            raise CheckpointError(where, f"HTTP {r.status_code} without a Content-Range: the file size is unknown")
+        first, last, size = map(int, m.groups())
+        expected = min(end, size - 1) - start + 1
+        if first != start or last - first + 1 != expected or len(r.content) != expected:
+            raise CheckpointError(
+                where, f"asked for bytes {start}-{end} of {size}, got {len(r.content)} bytes "
+                f"(Content-Range {first}-{last}): a truncated or wrong range",
+            )
+        return r.content, size
 
 
-def _remote_header(api, repo_id: str, shard: str, revision: str | None) -> FileHeader:
-    from huggingface_hub import hf_hub_url
+def _missing_entry(r: httpx2.Response) -> bool:
+    return r.status_code == 404 and r.headers.get("x-error-code") == "EntryNotFound"
 
-    where = f"{repo_id}/{shard}"
-    url = hf_hub_url(repo_id, shard, revision=revision, endpoint=api.endpoint)
-    head, size = _get_range(api, url, 0, FIRST_READ - 1)
-    if size is None:
-        raise CheckpointError(where, "server did not say the file size (no Content-Range)")
-    if len(head) < 8:
-        raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
-    n = int.from_bytes(head[:8], "little")
-    check_header_length(n, size, where)
-    raw = head[8 : 8 + n]
-    if len(raw) < n:
-        rest, _ = _get_range(api, url, len(head), 8 + n - 1)
-        raw += rest
-    if len(raw) != n:
-        raise CheckpointError(where, f"truncated header: {len(raw)} of {n} bytes")
-    h = parse_header(raw, size, where)
-    # File names inside the checkpoint are shard names, as for local checkpoints.
-    tensors = {k: t._replace(file=shard) for k, t in h.tensors.items()}
-    return FileHeader(shard, size, h.data_start, tensors, h.metadata)
+
+def _not_html(r: httpx2.Response, where: str) -> None:
+    """A proxy or login page answering 200 instead of the file (say, a captive portal)."""
+    if r.headers.get("content-type", "").startswith("text/html"):
+        raise CheckpointError(where, f"the server answered an HTML page (HTTP {r.status_code}), not the file")
+
+
+def _fetch(
+    hub: _Hub, commit: str, index: bytes | None, progress: Progress | None, *, fetch_index: bool = False,
+) -> tuple[cache.Snapshot, list[FileHeader]]:
+    """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
+    HEAD) together, then every shard's header, each parsed as it arrives."""
+    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
+    try:
+        configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
+        if fetch_index:
+            index = pool.submit(hub.get_file, INDEX, commit).result()[0]
+            if index is None:  # the HEAD saw it, the GET did not
+                raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
+        shards: dict[str, list[str]] = {SINGLE: []}
+        if index is not None:
+            shards = _shards_of(load_index(index, f"{hub.repo_id}/{INDEX}")[0], hub.repo_id)
+        raws, headers = _read_headers(pool, hub, commit, shards, progress)
+        config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
+    except BaseException:  # a bad shard or Ctrl-C: say so now, not after the reads in flight
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return cache.Snapshot(index, config_bytes, raws), headers
+
+
+def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
+    """Each shard's tensor names, in file-name order."""
+    shards: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        shards.setdefault(shard, []).append(name)
+    for shard in shards:
+        if escapes(shard):
+            raise CheckpointError(f"{repo_id}/{INDEX} [{shard}]", "shard path escapes the repository")
+    return dict(sorted(shards.items()))
+
+
+def _read_headers(
+    pool: ThreadPoolExecutor, hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None,
+) -> tuple[list[tuple[str, int, bytes]], list[FileHeader]]:
+    """Every shard's (name, size, header bytes) and parsed header, in name order.
+
+    The shard holding the most tensors goes first, alone: its header says how
+    many bytes an entry takes beyond its name, which sizes every other shard's
+    single read to within a few percent. Each read is sized when it starts,
+    from the most bytes per entry any shard read so far has shown (shards
+    differ: longer offsets, other dtypes and shapes)."""
+    names = list(shards)
+    raws: dict[str, tuple[str, int, bytes]] = {}
+    parsed: dict[str, FileHeader] = {}
+    learned: list[float | None] = [None]  # bytes per entry beyond its name, the most seen
+
+    def arrived(shard: str, size: int, raw: bytes) -> None:  # main thread, while other reads are in flight
+        raws[shard] = (shard, size, raw)
+        parsed[shard] = parse_header(raw, size, f"{hub.repo_id}/{shard}", file=shard)
+        if len(shards[shard]) >= CALIBRATE_FROM:
+            learned[0] = max(learned[0] or 0.0, _bytes_per_entry(shards[shard], raw))
+        _report(progress, len(parsed), len(names))
+
+    def read(shard: str) -> tuple[int, bytes]:  # a pool thread
+        return _read_header(hub, commit, shard, _first_read(shards[shard], learned[0]))
+
+    first = max(names, key=lambda s: len(shards[s]))
+    arrived(first, *pool.submit(read, first).result())
+    rest = [s for s in names if s != first]
+    _all(pool, [(read, s) for s in rest], lambda i, result: arrived(rest[i], *result))
+    return [raws[s] for s in names], [parsed[s] for s in names]
+
+
+def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
+    """Bytes to ask for first: the 8-byte length and the whole header, estimated."""
+    if not tensor_names or (per_entry is None and len(tensor_names) <= 1):
+        return FIRST_READ
+    if per_entry is None:  # no shard read yet: above the ~70-100 bytes an entry takes beyond its name
+        per_entry = 128.0
+    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    return 8 + name_bytes + int(len(tensor_names) * per_entry * ENTRY_MARGIN) + SLACK
+
+
+def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
+    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    return max(0.0, len(header) - name_bytes) / len(tensor_names)
+
+
+def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
+    """A shard's size and header bytes: one range read, a second only when the header is longer."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    where = f"{hub.repo_id}/{shard}"
+    try:
+        head, size = hub.get_range(shard, commit, 0, first_read - 1)
+        if len(head) < 8:
+            raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
+        n = int.from_bytes(head[:8], "little")
+        check_header_length(n, size, where)
+        raw = head[8 : 8 + n]
+        if len(raw) < n:
+            rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
+            raw += rest
+    except EntryNotFoundError as e:
+        if shard == SINGLE:
+            raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
+        raise CheckpointError(f"{hub.repo_id}/{INDEX} [{shard}]", "shard named by the index does not exist") from e
+    return size, raw
+
+
+def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, Any], None]) -> None:
+    """Run ``(fn, *args)`` jobs on the pool, handing each result (job number, result)
+    to ``on_result`` as it comes. The first failure cancels what has not started
+    and is raised (one bad shard, one line)."""
+    futures: list[Future] = [pool.submit(*job) for job in jobs]
+    number = {f: i for i, f in enumerate(futures)}
+    pending = set(futures)
+    try:
+        while pending:
+            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in ready:
+                on_result(number[f], f.result())  # raises the job's error
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+
+
+def _report(progress: Progress | None, done: int, total: int) -> None:
+    if progress:
+        progress(done, total)
+
+
+def _build(
+    repo_id: str, commit: str, snapshot: cache.Snapshot, headers: list[FileHeader] | None = None,
+) -> Checkpoint:
+    """What was read (fresh, with its headers parsed on arrival, or cached) as a Checkpoint."""
+    weight_map = meta = None
+    if snapshot.index is not None:
+        weight_map, meta = load_index(snapshot.index, f"{repo_id}/{INDEX}")
+    if headers is None:
+        headers = [parse_header(raw, size, f"{repo_id}/{shard}", file=shard) for shard, size, raw in snapshot.shards]
+    tensors = merge(headers, weight_map)
+    unindexed: tuple[str, ...] = ()
+    if weight_map is not None and len(tensors) != len(weight_map):
+        unindexed = tuple(n for n in tensors if n not in weight_map)
+    configs = {n: None if raw is None else load_json(raw, f"{repo_id}/{n}") for n, raw in snapshot.configs.items()}
+    return Checkpoint(
+        repo_id, None, tuple(h.file for h in headers), tensors, configs.get(CONFIG), configs.get(HF_QUANT_CONFIG),
+        remote=True, commit=commit, index=meta, unindexed=unindexed,
+    )

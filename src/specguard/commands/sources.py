@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
@@ -18,12 +20,14 @@ SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
 @contextmanager
 def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True)
+    """A transient bar on stderr, drawn only on a terminal (never into pipes or logs)."""
+    console = Console(stderr=True)
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)
     task = None
 
     def update(done: int, total: int) -> None:
         nonlocal task
-        if total < SHOW_PROGRESS_FROM:
+        if total < SHOW_PROGRESS_FROM or not sys.stderr.isatty():
             return
         if task is None:
             bar.start()

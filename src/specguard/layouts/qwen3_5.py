@@ -37,7 +37,7 @@ def qwen3_5(rest: str) -> Fused:
         at = segs.index("experts")
         tail = segs[at + 1:]
         # auto-round's MTP export names experts ``experts.{proj}.{e}``: still the
-        # experts layer (whether vLLM's loader can map the names is SG701's question)
+        # experts layer (whether vLLM's loader can map the names is SG702's question)
         if len(tail) == 2 and tail[0] in EXPERT_PROJECTIONS and tail[1].isdecimal():
             layer = ".".join(segs[: at + 1])
             return Fused(layer, r.ROUTED_EXPERTS, layer)

@@ -54,8 +54,8 @@ def read_scales(r: Resolver) -> ScaleSamples:
     n = len(rows)
     dtypes = [t.dtype for t, _, _ in rows]
     itemsize = np.array([NUMPY[d].itemsize for d in dtypes], dtype=np.int64)
-    begin = np.fromiter((t.offsets[0] for t, _, _ in rows), np.int64, n)
-    size = np.fromiter((t.offsets[1] - t.offsets[0] for t, _, _ in rows), np.int64, n)
+    begin = np.fromiter((t.data_start + t.data_offsets[0] for t, _, _ in rows), np.int64, n)  # t.offsets[0]
+    size = np.fromiter((t.nbytes for t, _, _ in rows), np.int64, n)
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize

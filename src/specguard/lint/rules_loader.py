@@ -33,7 +33,7 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
                 yield f"{module}.{param}", rest, t is not None and len(t.shape) == 3
 
 
-@rule("SG701", "tensors-no-engine-parameter-takes", ERROR,
+@rule("SG702", "tensors-no-engine-parameter-takes", ERROR,
       "Tensors are stored under names the engine's weight loader maps to no parameter: they stop the load "
       "or are silently dropped, leaving the parameters they were meant for unwritten.")
 def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
@@ -58,7 +58,7 @@ def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
     if skipped:
         parts.append(f"{len(skipped)} match nothing and are skipped (w13 parameters unwritten)")
     yield Finding(
-        "SG701", ERROR,
+        "SG702", ERROR,
         f"{len(names)} routed-expert tensor(s) put the expert index after the projection "
         f"({example}); {'; '.join(parts)}: {describe(names)}",
         names,

@@ -144,7 +144,7 @@ class Overlay:
                                    f"{len(names)} draft tensor(s) the index never named"))
 
     def rename_unmapped_experts(self, resolver: Resolver) -> None:
-        """Routed-expert tensors named ``experts.{proj}.{e}`` (SG701): rewritten under
+        """Routed-expert tensors named ``experts.{proj}.{e}`` (SG702): rewritten under
         ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
         from specguard.engines.vllm.loader import MAPPED, expert_load, renamed
         from specguard.layouts import roles as r

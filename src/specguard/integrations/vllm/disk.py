@@ -8,6 +8,7 @@ the disk cannot say (no such module, mixed formats, bytes that stay ambiguous).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -68,7 +69,31 @@ _failed_lock = threading.Lock()
 
 
 def _resolver(source: str, draft_method: str | None) -> Resolver:
-    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized)."""
+    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized).
+
+    Read what the engine itself reads: the revision and download directory vLLM
+    resolves the model with, and shards that are symlinks to another disk.
+    """
     from specguard.resolve import Resolver
 
-    return Resolver.open(source, draft_method=draft_method)
+    revision, cache_dir = engine_source_options(source)
+    return Resolver.open(source, draft_method=draft_method, revision=revision, cache_dir=cache_dir,
+                         follow_links=True)
+
+
+def engine_source_options(source: str) -> tuple[str | None, str | None]:
+    """(revision, download_dir) vLLM uses for ``source``: the target's or the draft's
+    ModelConfig, whichever names it; a local path has no revision."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    cfg = get_current_vllm_config_or_none()
+    if cfg is None:
+        return None, None
+    cache_dir = getattr(getattr(cfg, "load_config", None), "download_dir", None) or None
+    if os.path.exists(source):
+        return None, cache_dir
+    spec = getattr(cfg, "speculative_config", None)
+    for model_config in (getattr(cfg, "model_config", None), getattr(spec, "draft_model_config", None)):
+        if model_config is not None and str(getattr(model_config, "model", "")) == source:
+            return getattr(model_config, "revision", None) or None, cache_dir
+    return None, cache_dir

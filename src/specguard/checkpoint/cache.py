@@ -1,0 +1,71 @@
+"""What a remote audit read, kept under the specguard cache directory keyed by
+the resolved commit: a commit never changes, so a second audit of the same
+revision needs only the request that resolves the revision.
+
+The raw bytes are kept (index, configs, each shard's size and header JSON) and
+parsed again on a hit, so a cached audit is validated exactly as a fresh one.
+An unreadable or foreign cache file is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+VERSION = 1
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """The bytes one remote audit read."""
+
+    index: bytes | None  # model.safetensors.index.json, None for a single-file repo
+    configs: dict[str, bytes | None]  # config file name -> bytes, None where the repo has none
+    shards: list[tuple[str, int, bytes]]  # (shard name, file size, header JSON bytes)
+
+
+def cache_root() -> Path:
+    """$XDG_CACHE_HOME/specguard, or ~/.cache/specguard."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specguard"
+
+
+def snapshot_path(endpoint: str, repo_id: str, commit: str) -> Path:
+    """One file per (server, repo, commit); the server by a short hash of its URL."""
+    server = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
+    safe_repo = re.sub(r"[^\w.-]", "--", repo_id)
+    return cache_root() / "remote" / server / safe_repo / f"{commit}.v{VERSION}.msgpack"
+
+
+def seen(endpoint: str, repo_id: str) -> bool:
+    """Whether any commit of this repo was cached (then a HEAD first can save the index)."""
+    folder = snapshot_path(endpoint, repo_id, "x").parent
+    return folder.is_dir() and any(folder.glob(f"*.v{VERSION}.msgpack"))
+
+
+def load(path: Path) -> Snapshot | None:
+    try:
+        return msgspec.msgpack.decode(path.read_bytes(), type=Snapshot)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def save(path: Path, snapshot: Snapshot) -> None:
+    """Written to a temporary file beside it, then renamed: readers see all or nothing.
+    A cache that cannot be written (read-only home) only costs the next audit its requests."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(msgspec.msgpack.encode(snapshot))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
