@@ -42,7 +42,8 @@ def read_split(root: Path) -> tuple[bytes, bytes, list[str]]:
     files = corpus_files(root)
     if not files:
         raise FileNotFoundError(f"no .py files under {root}")
-    train, held = [], []
+    train: list[bytes] = []
+    held: list[bytes] = []
     for rel in files:
         (held if is_held_out(rel) else train).append((root / rel).read_bytes())
     return b"".join(train), b"".join(held), files

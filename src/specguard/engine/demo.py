@@ -6,21 +6,29 @@ layouts, loaded back under each routing policy (``resolver``, ``global``,
 speculation. Printed per policy: acceptance (overall and per draft position),
 mean acceptance length, tokens/s, speedup over no speculation, whether the
 output is identical to plain greedy decoding, and the LoadGuard report of the
-``global`` load.
+``global`` load; ``--json``: the same as one JSON object (docs/json.md).
+Tables go through ``specguard.terminal`` (one record per row where a terminal
+is too narrow); the progress bar goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import json
+import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import torch
+from rich.console import Console
+from rich.table import Table
 
 from specguard.engine.corpus import held_out_sample
 from specguard.engine.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
@@ -28,7 +36,8 @@ from specguard.engine.specdec import Runner, SpecStats, cache_size
 from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
-from specguard.usage import ArgumentParser, fail
+from specguard.terminal import console, escape, print_table
+from specguard.usage import EXIT_INTERRUPTED, ArgumentParser, fail
 
 DEMO_SCENARIOS = {
     "s1": "S1: NVFP4 conversion, MTP draft experts stored MXFP4, misleading global config",
@@ -143,7 +152,7 @@ def run_fixed(scenario: str, fixed: dict[str, ScenarioInfo], prompts: list[list[
 # ----------------------------------------------------------------------------- output
 
 def _pct(x: float) -> str:
-    return f"{100 * x:5.1f} %"
+    return f"{100 * x:.1f} %"
 
 
 def result_rows(results: list[PolicyResult]) -> list[list[str]]:
@@ -160,25 +169,79 @@ def result_rows(results: list[PolicyResult]) -> list[list[str]]:
 
 
 HEADERS = ["policy", "accept", "per pos %", "mean len", "tok/s", "no-spec", "speedup", "identical"]
+LEGEND = (  # what the headers mean, one per line: readable at 80 columns and in a pipe
+    ("accept", "accepted / draft tokens"),
+    ("per pos %", "accepted at draft position i / drafts"),
+    ("mean len", "1 + accepted / drafts: tokens per target forward"),
+    ("speedup", "tok/s with speculation / no-spec (plain greedy decoding, same model)"),
+    ("identical", "output equals plain greedy decoding"),
+)
 
 
-def print_results(console: object, scenario: str, results: list[PolicyResult]) -> None:
-    from rich.table import Table
-
-    table = Table(title=DEMO_SCENARIOS[scenario], title_justify="left")
+def results_table(scenario: str, results: list[PolicyResult]) -> Table:
+    table = Table(title=escape(DEMO_SCENARIOS[scenario]), title_justify="left")
     for h in HEADERS:
         table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=True)
     for row in result_rows(results):
-        table.add_row(*row)
-    console.print(table)  # type: ignore[attr-defined]
+        table.add_row(*(escape(c) for c in row))
+    return table
+
+
+def print_intro(out: Console, prompts: int, new_tokens: int, k: int, device: str) -> None:
+    out.print(f"Greedy decoding of {prompts} held-out prompts x {new_tokens} tokens, "
+              f"k = {k} draft tokens, device {escape(device)}.")
+    for word, meaning in LEGEND:
+        out.print(f"  {word:<10} {meaning}")
+
+
+def print_results(out: Console, scenario: str, results: list[PolicyResult]) -> None:
+    print_table(out, results_table(scenario, results))
     for r in results:
         if r.error:
-            console.print(f"  {r.policy}: the load fails (vLLM 0.33 fails to load this draft too): {r.error}")  # type: ignore[attr-defined]
+            out.print(f"  {r.policy}: the load fails (vLLM 0.33 fails to load this draft too): {escape(r.error)}")
     for r in results:
         if r.policy == "global" and r.report is not None:
-            console.print(f"LoadGuard report for the global load ({scenario}); parameters never written "  # type: ignore[attr-defined]
-                          "hold the guard's NaN poison, where vLLM leaves torch.empty memory:")
-            console.print(str(r.report), soft_wrap=True)  # type: ignore[attr-defined]
+            out.print(f"LoadGuard report for the global load ({scenario}); parameters never written "
+                      "hold the guard's NaN poison, where vLLM leaves torch.empty memory:")
+            if r.report.ok:
+                out.print(r.report.summary())
+            else:
+                print_table(out, r.report.__rich__())
+
+
+JSON_SCHEMA_VERSION = 1
+
+
+def result_record(r: PolicyResult) -> dict[str, Any]:
+    """One scenario under one policy, as `specguard demo --json` prints it (docs/json.md)."""
+    st = r.stats
+    return {
+        "scenario": r.scenario,
+        "policy": r.policy,
+        "load_error": r.error,
+        "acceptance": st.acceptance_rate if st else None,
+        "per_position_acceptance": st.per_position_rate if st else None,
+        "mean_acceptance_length": st.mean_acceptance_length if st else None,
+        "tokens_per_s": r.spec_tokens_per_s if st else None,
+        "no_spec_tokens_per_s": r.plain_tokens_per_s if st else None,
+        "speedup": r.speedup if st else None,
+        "identical": r.identical if st else None,
+        "drafts": st.num_drafts if st else None,
+        "draft_tokens": st.num_draft_tokens if st else None,
+        "accepted_tokens": st.num_accepted_tokens if st else None,
+        "expert_routes": r.routes,
+        "guard": r.report.to_dict() if r.report is not None else None,
+    }
+
+
+def write_json(results: list[PolicyResult], settings: dict[str, Any], file: IO[str] | None = None) -> None:
+    """One JSON object, one record per line (the layout of the other commands' --json)."""
+    out = file or sys.stdout
+    scenarios = {s: DEMO_SCENARIOS[s] for s in dict.fromkeys(r.scenario for r in results)}
+    head = json.dumps({"schema": JSON_SCHEMA_VERSION, "settings": settings, "scenarios": scenarios})[:-1]
+    out.write(head + ', "records": [\n')
+    out.write(",\n".join(json.dumps(result_record(r), separators=(",", ":")) for r in results))
+    out.write("\n]}\n")
 
 
 def plot(results: list[PolicyResult], path: Path, k: int) -> None:
@@ -213,16 +276,31 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
 
 # ----------------------------------------------------------------------------- CLI
 
+PROG = "specguard demo"
+EXIT_CODES = "exit codes: 0 ok; 2 bad input or usage (one line on stderr); 130 interrupted"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="specguard demo", description=__doc__.split("\n")[0])
-    p.add_argument("--scenario", choices=[*DEMO_SCENARIOS, "all"], default="s1")
-    p.add_argument("-k", "--draft-tokens", type=int, default=3, dest="k", help="draft tokens per step")
-    p.add_argument("--prompts", type=int, default=4, help="held-out prompts to decode")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads for torch (1 is fastest for this small model)")
-    p.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-position acceptance")
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").split("\n")[0], epilog=EXIT_CODES)
+    p.add_argument("--scenario", choices=[*DEMO_SCENARIOS, "all"], default="s1",
+                   help="s1: draft experts stored MXFP4 under an NVFP4 config; s2: BF16 MTP block under "
+                        "compressed-tensors NVFP4; s4: separate DSpark drafter in native FP4; all: the three "
+                        "(default: %(default)s)")
+    p.add_argument("-k", "--draft-tokens", type=int, default=3, dest="k", metavar="K",
+                   help="draft tokens per step, 1..16 (default: %(default)s)")
+    p.add_argument("--prompts", type=int, default=4, metavar="N",
+                   help="held-out prompts to decode, 1..256 (default: %(default)s)")
+    p.add_argument("--new-tokens", type=int, default=64, metavar="N",
+                   help="tokens generated per prompt, 1..1024 (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="CPU threads for torch; 1 is fastest for this small model (default: %(default)s)")
+    p.add_argument("--plot", type=Path, metavar="FILE",
+                   help="also write a plot of per-position acceptance (PNG, or the format FILE's suffix "
+                        "names; needs matplotlib); checked before the run")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the tables: one record per scenario and policy "
+                        "(docs/json.md)")
     p.add_argument("--fixed", action="store_true",
                    help="add a row: the checkpoint repaired by `specguard fix`, under the stock (global) policy")
     p.add_argument("--no-guard", action="store_true",
@@ -231,28 +309,46 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-class _BadInput(Exception):
-    pass
-
-
 def _check(args: argparse.Namespace) -> None:
     if not 1 <= args.k <= 16:
-        raise _BadInput(f"--draft-tokens must be 1..16, not {args.k}")
+        raise UsageError(f"--draft-tokens must be 1..16, not {args.k}")
     if not 1 <= args.prompts <= 256 or not 1 <= args.new_tokens <= 1024:
-        raise _BadInput("--prompts must be 1..256 and --new-tokens 1..1024")
+        raise UsageError("--prompts must be 1..256 and --new-tokens 1..1024")
     if args.threads < 1:
-        raise _BadInput("--threads must be >= 1")
+        raise UsageError("--threads must be >= 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise _BadInput(f"--device {args.device}: no CUDA device is available")
+        raise UsageError(f"--device {args.device}: no CUDA device is available")
     if args.device != "cpu" and not args.device.startswith("cuda"):
-        raise _BadInput(f"--device must be cpu or cuda[:N], not {args.device!r}")
+        raise UsageError(f"--device must be cpu or cuda[:N], not {args.device!r}")
     if args.plot is not None:
-        if not args.plot.parent.is_dir():
-            raise _BadInput(f"--plot {args.plot}: directory {args.plot.parent} does not exist")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise _BadInput("--plot needs matplotlib: pip install 'specguard[plot]'") from None
+        check_plot_path(args.plot)
+
+
+def check_plot_path(path: Path) -> None:
+    """Raise UsageError unless a plot can be written to ``path``: checked before a run
+    of minutes, so a typo or a read-only directory costs nothing."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'specguard[plot]'") from None
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix[1:].lower()
+    if suffix and suffix not in kinds:
+        raise UsageError(f"--plot {path}: no plot format {suffix!r}; one of {', '.join(sorted(kinds))}")
+    parent = path.parent
+    if path.is_dir():
+        raise UsageError(f"--plot {path}: is a directory")
+    if not parent.exists():
+        raise UsageError(f"--plot {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"--plot {path}: {parent} is not a directory")
+    try:  # the one sure test (root, read-only mounts, ACLs): write a file there
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write there: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -265,54 +361,73 @@ def _threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
+def run_all(args: argparse.Namespace, scenarios: list[str], prompts: list[list[int]]) -> list[PolicyResult]:
+    """Every requested scenario under every policy (and --fixed), a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    try:
-        args = _parser().parse_args(argv)
-        _check(args)
-    except (_BadInput, UsageError) as exc:
-        return fail("specguard demo", str(exc))
-    console = Console()
-    if not console.is_terminal:  # pipes and logs: keep the tables' rows on one line
-        console = Console(width=150)
-    scenarios = list(DEMO_SCENARIOS) if args.scenario == "all" else [args.scenario]
-    prompts = prompts_from_held_out(args.prompts)
-    t0 = time.perf_counter()
     results: list[PolicyResult] = []
+    guard = not args.no_guard
     with _threads(args.threads), tempfile.TemporaryDirectory(prefix="specguard-demo-") as tmp:
         infos = export_all(Path(tmp), scenarios)
+        fixed: dict[str, ScenarioInfo] = {}
         if args.fixed:
             from specguard.repair.demo import fixed_infos
 
             fixed = fixed_infos(infos, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
+        with Progress(*columns, console=console(stderr=True), transient=True) as progress:
             rows = len(POLICIES) + bool(args.fixed)
             task = progress.add_task("decoding", total=len(scenarios) * rows * len(prompts))
+
+            def tick() -> None:
+                progress.advance(task)
+
             for scenario in scenarios:
                 for policy in POLICIES:
                     progress.update(task, description=f"{scenario} {policy:8s}")
                     results.append(run_case(scenario, policy, infos, prompts, args.new_tokens, args.k,
-                                            args.device, lambda: progress.advance(task),
-                                            guard=not args.no_guard))
+                                            args.device, tick, guard=guard))
                 if args.fixed:
                     results.append(run_fixed(scenario, fixed, prompts, args.new_tokens, args.k, args.device,
-                                             lambda: progress.advance(task), guard=not args.no_guard))
-    console.print(f"Greedy decoding of {len(prompts)} held-out prompts x {args.new_tokens} tokens, "
-                  f"k = {args.k} draft tokens, device {args.device}. accept = accepted / draft tokens; "
-                  "per pos = accepted at position i / drafts; mean len = 1 + accepted / drafts; "
-                  "speedup = tok/s with speculation / tok/s of plain greedy decoding of the same model; "
-                  "identical = output equals plain greedy decoding.")
-    for scenario in scenarios:
-        print_results(console, scenario, [r for r in results if r.scenario == scenario])
+                                             tick, guard=guard))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`specguard demo`; Ctrl-C propagates as KeyboardInterrupt (cli.main: one line, exit 130)."""
+    try:
+        args = _parser().parse_args(argv)
+        _check(args)
+    except UsageError as exc:
+        return fail(PROG, exc)
+    scenarios = list(DEMO_SCENARIOS) if args.scenario == "all" else [args.scenario]
+    prompts = prompts_from_held_out(args.prompts)
+    t0 = time.perf_counter()
+    results = run_all(args, scenarios, prompts)
     if args.plot is not None:
-        plot(results, args.plot, args.k)
-        console.print(f"plot: {args.plot}")
-    console.print(f"({time.perf_counter() - t0:.0f} s)")
+        try:
+            plot(results, args.plot, args.k)
+        except OSError as exc:  # checked before the run; the disk may still fill up or vanish
+            return fail(PROG, f"--plot {args.plot}: {exc.strerror or exc}")
+    if args.json:
+        settings = {"prompts": len(prompts), "new_tokens": args.new_tokens, "k": args.k,
+                    "device": args.device, "threads": args.threads, "guard": not args.no_guard,
+                    "seconds": round(time.perf_counter() - t0, 1)}
+        write_json(results, settings)
+        return 0
+    out = console()
+    print_intro(out, len(prompts), args.new_tokens, args.k, args.device)
+    for scenario in scenarios:
+        print_results(out, scenario, [r for r in results if r.scenario == scenario])
+    if args.plot is not None:
+        out.print(f"plot: {escape(str(args.plot))}")
+    out.print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

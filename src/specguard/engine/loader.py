@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors import safe_open
@@ -52,7 +52,7 @@ from specguard.guard import LoadGuard, LoadReport, Policy
 
 Routing = Callable[[str], str]  # runtime prefix -> format (bf16 / mxfp4 / nvfp4)
 METHODS = (NVFP4, MXFP4, BF16)
-METHOD_CLASS = {  # the vLLM class each format stands for
+METHOD_CLASS: dict[str, str] = {  # the vLLM class each format stands for
     NVFP4: "ModelOptNvFp4FusedMoE",
     MXFP4: "Mxfp4MoEMethod",
     BF16: "UnquantizedFusedMoEMethod",
@@ -154,6 +154,10 @@ def fixed_routing(fmt: str) -> Routing:
 
 class RoutedExperts(nn.Module):
     """One routed-expert layer with the parameters of one vLLM MoE method."""
+
+    # every method has these two (registered in __init__ from _param_specs); typed for mypy
+    w13_weight: nn.Parameter
+    w2_weight: nn.Parameter
 
     def __init__(
         self,
@@ -338,9 +342,9 @@ class ReferenceMoE(nn.Module):
             self.model.layers[str(layer)] = _Layer(routed, layer >= config.num_hidden_layers)
 
     def experts(self, layer: int) -> RoutedExperts:
-        block = self.model.layers[str(layer)]
+        block: Any = cast(nn.ModuleDict, self.model.layers)[str(layer)]  # a _Layer: built at runtime
         ffn = block.mtp_block.ffn if layer >= self.config.num_hidden_layers else block.ffn
-        return ffn.experts.routed_experts
+        return cast(RoutedExperts, ffn.experts.routed_experts)
 
     def param_prefix(self, layer: int) -> str:
         mid = ".mtp_block" if layer >= self.config.num_hidden_layers else ""

@@ -28,7 +28,9 @@ over their slots, and every shape in a decode step is fixed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -237,6 +239,8 @@ class Gate(nn.Module):
     (:meth:`MoE.update_bias`), not by gradients.
     """
 
+    bias: torch.Tensor  # a buffer (register_buffer): typed for mypy, set in __init__
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.topk = cfg.n_activated_experts
@@ -294,6 +298,12 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
+    # Set only on a DSpark drafter's first stage (main_proj, main_norm) and last
+    # stage or an MTP block (norm): declared so the type checker knows them.
+    main_proj: Linear
+    main_norm: RMSNorm
+    norm: RMSNorm
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
@@ -329,6 +339,9 @@ class MTPBlock(Block):
 
 class Transformer(nn.Module):
     """Target model plus its MTP draft block(s); weights named as DeepSeek-V4 ships them."""
+
+    rope_cos: torch.Tensor  # buffers (register_buffer), set in __init__
+    rope_sin: torch.Tensor
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -413,7 +426,7 @@ class Transformer(nn.Module):
         next recurrent draft step as vLLM does for k > 1. Without a cache the
         chunk starts at position ``start``.
         """
-        block = self.mtp[depth]
+        block = cast(MTPBlock, self.mtp[depth])
         caches = [cache] if cache is not None else None
         at = self.where(self._positions(next_tokens.shape[1], caches, positions, start),
                         cache.size if cache is not None else None)
@@ -427,11 +440,11 @@ class Transformer(nn.Module):
 
     @staticmethod
     def update_router_bias(blocks: nn.ModuleList, rate: float) -> None:
-        for block in blocks:
+        for block in cast(Iterable[Block], blocks):
             block.ffn.update_bias(rate)
 
     def moe_aux_loss(self, blocks: nn.ModuleList) -> torch.Tensor:
-        losses = [b.ffn.aux_loss for b in blocks if b.ffn.aux_loss is not None]
+        losses = [b.ffn.aux_loss for b in cast(Iterable[Block], blocks) if b.ffn.aux_loss is not None]
         return torch.stack(losses).mean() if losses else self.head.weight.new_zeros(())
 
 
@@ -477,16 +490,22 @@ class DSparkDrafter(nn.Module):
         last.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.apply(Transformer._init_weights)
 
+    @property
+    def stages(self) -> list[Block]:
+        """The stage blocks (``mtp``), typed."""
+        return cast(list[Block], list(self.mtp))
+
     def combine(self, features: torch.Tensor) -> torch.Tensor:
         """``main_x`` [B, T, dim] from the target features [B, T, k*dim]."""
-        return self.mtp[0].main_norm(self.mtp[0].main_proj(features))
+        first = self.stages[0]
+        return first.main_norm(first.main_proj(features))
 
     def write_context(self, target: Transformer, features: torch.Tensor, positions: torch.Tensor,
                       caches: list[KVCache]) -> None:
         """Store every stage's context keys/values for the target positions ``positions``."""
         main_x = self.combine(features)
         at = target.where(positions)
-        for block, cache in zip(self.mtp, caches, strict=True):
+        for block, cache in zip(self.stages, caches, strict=True):
             k, v = block.attn.context_kv(main_x, at.cos, at.sin)
             cache.write(k, v, positions)
 
@@ -500,9 +519,9 @@ class DSparkDrafter(nn.Module):
         """Logits [B, len(positions), V] for the tokens after the anchor [B], in one pass."""
         x = target.embed(self.block_tokens(anchor, positions.shape[0]))
         at = target.where(positions, caches[0].size, block=True)
-        for block, cache in zip(self.mtp, caches, strict=True):
+        for block, cache in zip(self.stages, caches, strict=True):
             x = block(x, at, cache)
-        return target.head(self.mtp[-1].norm(x))
+        return target.head(self.stages[-1].norm(x))
 
     def forward(self, target: Transformer, features: torch.Tensor, tokens: torch.Tensor,
                 anchors: torch.Tensor, block: int) -> torch.Tensor:
@@ -517,6 +536,6 @@ class DSparkDrafter(nn.Module):
                           which[:, None] == which[None, :]), dim=1)  # its own block, whole
         at = Where(qpos, target.rope_cos[qpos], target.rope_sin[qpos], mask)
         x = target.embed(self.block_tokens(tokens[:, anchors], block).view(b, -1))
-        for stage in self.mtp:
+        for stage in self.stages:
             x = stage(x, at, prefix=stage.attn.context_kv(main_x, ctx.cos, ctx.sin))
-        return target.head(self.mtp[-1].norm(x)).view(b, anchors.shape[0], block, -1)
+        return target.head(self.stages[-1].norm(x)).view(b, anchors.shape[0], block, -1)

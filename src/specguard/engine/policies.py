@@ -214,7 +214,7 @@ def _load_dir(
     resolver: Resolver,
     policy: str,
     names: list[str],
-    layer_of: Mapping[str, int],
+    layer_of: Mapping[str, str],
     guard_include: list[str] | None,
     guard: bool = True,
 ) -> tuple[dict[str, torch.Tensor], dict[str, str], LoadReport | None]:
@@ -282,7 +282,7 @@ def _convention(stored: Scheme, parts: Mapping[str, torch.Tensor]) -> str:
     raise LoadFailure(f"no codec layout for {stored.short()} with tensors {sorted(parts)}")
 
 
-def _expert_layers(stack: str, n: int, first_runtime_layer: int) -> dict[str, int]:
+def _expert_layers(stack: str, n: int, first_runtime_layer: int) -> dict[str, str]:
     """{runtime layer index as str: checkpoint stack prefix} for ``n`` blocks."""
     return {str(first_runtime_layer + i): f"{stack}.{i}" for i in range(n)}
 

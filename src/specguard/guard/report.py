@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 NEVER_WRITTEN = "never_written"
 PARTLY_WRITTEN = "partly_written"
@@ -135,14 +136,15 @@ class LoadReport:
         return f"LoadGuard: {checked}: {what}"
 
     def __rich__(self) -> Table:
+        """The findings as a table (``specguard.terminal.print_table`` fits it to a terminal)."""
         table = Table(title=self.summary(), title_justify="left", show_lines=False)
         for col in ("tensor", "problem", "dtype", "shape", "affected", "where / detail"):
             table.add_column(col, overflow="fold")
         for f in self.findings:
             where = "; ".join(x for x in (f.location(), f.detail) if x)
-            table.add_row(
-                f.name, f.problem.replace("_", " "), f.dtype,
-                "×".join(map(str, f.shape)) or "scalar", f"{f.count}/{f.total}", where,
+            table.add_row(  # Text, not markup: a tensor named "[red]x" prints as named
+                *map(Text, (f.name, f.problem.replace("_", " "), f.dtype,
+                            "×".join(map(str, f.shape)) or "scalar", f"{f.count}/{f.total}", where)),
             )
         return table
 
