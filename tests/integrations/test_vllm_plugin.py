@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -136,14 +132,9 @@ _FRESH_PROCESS = textwrap.dedent(
 
 def test_vllm_discovers_the_entry_point_in_a_fresh_process() -> None:
     """vLLM's own load_general_plugins() finds ``specguard`` (pip install -e . registers it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_PLUGINS", "SPECGUARD_"))}
-    env["VLLM_TARGET_DEVICE"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS], env=env, cwd=REPO, capture_output=True, text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    from tests.integrations.vllm_harness import run_fresh_process
+
+    proc, result = run_fresh_process(_FRESH_PROCESS, str(REPO))
     # Registered cheaply (nothing of the DeepSeek-V4 model package imported), patched on import.
     assert result == {"active": True, "quant_config_imported_by_plugin": False,
                       "resolver_imported_by_plugin": False, "patched_on_import": True}
