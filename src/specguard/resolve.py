@@ -31,6 +31,7 @@ from specguard.formats.settle import name_convention, settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
+from specguard.layouts.base import alike
 from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
@@ -134,8 +135,8 @@ class Resolver:
             self._groups = {p: ns for p, ns in self._groups.items() if not self.layout.role(ns[0]).is_draft}
         self._alias: dict[str, str] = {}
         for prefix, names in self._groups.items():
-            for name in names:
-                for p in self.layout.runtime_prefixes(name):
+            for key in dict.fromkeys(map(alike, names)):  # experts of a layer share their spellings
+                for p in self.layout.runtime_prefixes(key):
                     self._alias.setdefault(p, prefix)
         self._routes: dict[str, Route] = {}
         self._refusals: list | None = None
@@ -333,7 +334,8 @@ class Resolver:
     def _missing_draft_layers(self) -> list[int]:
         if not self.own_draft:
             return []
-        present = {r.layer for r in (self.layout.role(n) for n in self.table.modules) if r.is_draft}
+        roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
+        present = {r.layer for r in roles if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 
     def _absent_draft(self, layer: int) -> Route:

@@ -65,8 +65,9 @@ def read_scales(r: Resolver) -> ScaleSamples:
         by_dtype.setdefault(d, []).append(i)
     columns = [_column(d, np.array(idx), buf, pos, want // itemsize) for d, idx in by_dtype.items()]
     modules = [m for _, m, _ in rows]
+    layer = {m: m.split(".experts.")[0] for m in dict.fromkeys(modules)}  # once per module, not per scale
     return ScaleSamples(
-        [t.name for t, _, _ in rows], modules, np.array([m.split(".experts.")[0] for m in modules], dtype=object),
+        [t.name for t, _, _ in rows], modules, np.array(list(map(layer.__getitem__, modules)), dtype=object),
         np.array([p for _, _, p in rows], dtype=object), per_tensor, columns,
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.engines.vllm.loader import FAILS, SKIPPED, expert_load, renamed
+from specguard.engines.vllm.loader import FAILS, SKIPPED, expert_load, expert_module_mapped, renamed
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
@@ -30,6 +30,8 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
                 # gpt_oss.py GptOssForCausalLM.hf_to_vllm_mapper renames them onto w13_*/w2_*
                 continue
             below = module.split(".experts", 1)[1].lstrip(".")
+            if expert_module_mapped(below):
+                continue
             for param in mod.params:
                 if param in dropped:
                     continue

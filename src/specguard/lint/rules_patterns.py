@@ -8,6 +8,7 @@ from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUF
 from specguard.declared.edits import ConfigEdit, at_key
 from specguard.declared.index import NameIndex
 from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
+from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
@@ -48,8 +49,8 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
         if not patterns:
             continue
         modules = list(r.table.modules)
-        spellings = {m: r.layout.runtime_prefixes(m) for m in modules}
-        runtime = sorted({p for ps in spellings.values() for p in ps})
+        # experts of a layer share their spellings: one lookup per projection, not per module
+        runtime = sorted({p for m in dict.fromkeys(map(alike, modules)) for p in r.layout.runtime_prefixes(m)})
         # One index per name set: each pattern is then a scan of a joined text, not a
         # Python loop over 45,000 names (issue 12 item 10).
         indexes = {False: NameIndex(runtime)}
@@ -70,17 +71,16 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 hits = [m for m in hits if r.layout.module_kind(m) == ROUTED_EXPERTS]
                 if not hits:
                     continue
-            yield _finding(ctx, r, pat, hits, checkpoint, spellings)
+            yield _finding(ctx, r, pat, hits, checkpoint)
 
 
-def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex,
-             spellings: dict) -> Finding:
+def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex) -> Finding:
     where = "matches checkpoint names only" if hits else "matches no module name at all"
     if not hits and pat.semantics in _VLLM:
         hits = checkpoint.matching(Pattern(pat.text, MODELOPT_GLOB, pat.key, pat.effect, pat.group))
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
-    intended = sorted({spellings[m][0] for m in hits})
+    intended = sorted({r.layout.runtime_prefixes(m)[0] for m in hits})
     edits, targets, fix = _fix(ctx, r, pat, hits, intended)
     msg = f"{pat} {where}"
     if pat.semantics == FNMATCHCASE:
