@@ -95,7 +95,7 @@ class Pattern:
         raise ValueError(f"unknown pattern semantics {sem!r}")
 
     @cached_property
-    def _modelopt_entries(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def modelopt_entries(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The entry after ModelOpt's ``x*`` rewrite, and those of it that are globs."""
         entries = tuple(p.modelopt_rewrite((self.text,)))
         return entries, tuple(e for e in entries if any(c in e for c in "*?["))
@@ -104,7 +104,7 @@ class Pattern:
         """``modelopt_is_excluded(name, modelopt_rewrite([text]))`` without its call
         stack (lint asks it for every module): exact and the legacy substring test
         are one ``in``; ``fnmatch`` can add a match only for an entry with ``*?[``."""
-        entries, globs = self._modelopt_entries
+        entries, globs = self.modelopt_entries
         if any(e in name for e in entries):
             return True
         if "experts" in name and any(name in e for e in entries if "experts" in e):

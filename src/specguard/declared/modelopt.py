@@ -9,7 +9,10 @@ Parsing follows vllm/model_executor/layers/quantization/modelopt.py
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from fnmatch import translate
+from functools import cached_property
 
 from specguard.declared.model import MODELOPT, QUANTIZED, UNQUANTIZED, VLLM_EXACT, Declared, DeclaredScheme, Pattern
 from specguard.formats import scheme as s
@@ -45,10 +48,31 @@ class ModelOptDeclared(Declared):
     group_size: int | None = None
     quantized_layers: dict[str, dict] = field(default_factory=dict)
 
+    def _excluding(self, name: str) -> Pattern | None:
+        """The first exclusion entry matching ``name``. One combined scan rules out the
+        common case, a name no entry matches, before 100+ entries are asked in turn
+        (benchmarks/lint_export.py); names with ``experts`` take the full path (the
+        reverse-substring rule of ``Pattern._modelopt_matches``)."""
+        scan = self._exclusion_scan
+        if scan is not None and "experts" not in name and scan.search(name) is None:
+            return None
+        return self._first(name, None, (UNQUANTIZED,))
+
+    @cached_property
+    def _exclusion_scan(self) -> re.Pattern[str] | None:
+        """Every ModelOpt exclusion test but the experts rule as one regex: an entry as a
+        substring, a glob (``fnmatch``, POSIX: case-sensitive) over the whole name."""
+        excludes = [x for x in self.patterns if x.effect == UNQUANTIZED]
+        if any(x.semantics != MODELOPT for x in excludes):
+            return None
+        entries = [e for x in excludes for e in x.modelopt_entries[0]]
+        globs = [g for x in excludes for g in x.modelopt_entries[1]]
+        return re.compile("|".join([re.escape(e) for e in entries] + [rf"\A{translate(g)}" for g in globs]))
+
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         if kind == r.EMBEDDING_KIND:
             return self._plain("ModelOpt does not quantize embeddings")
-        hit = self._first(name, None, (UNQUANTIZED,))
+        hit = self._excluding(name)
         if hit is not None:
             return self._plain("", hit)
         if self.quant_algo != "MIXED_PRECISION":
