@@ -245,7 +245,7 @@ class Resolver:
     def routes(self) -> list[Route]:
         """A route per runtime module on disk, plus draft layers the config promises but the disk lacks."""
         out = [self.route(p) for p in self._groups]
-        out += [self._absent_draft(layer) for layer in self._missing_draft_layers()]
+        out += [self._absent_draft(layer) for layer in self._missing_draft_layers]
         return out
 
     # -- internals ----------------------------------------------------------
@@ -332,6 +332,7 @@ class Resolver:
         return Route(prefix, role, ModuleKind.OTHER, None, None, None, (),
                      MISSING, "no tensor on disk maps to this runtime prefix")
 
+    @functools.cached_property  # every lint rule asks for the routes
     def _missing_draft_layers(self) -> list[int]:
         if not self.own_draft:
             return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from specguard.errors import LayoutError
 from specguard.layouts import roles as r
@@ -28,6 +29,7 @@ ENGINES = (VLLM, SGLANG)
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+(?=\.|$)")
 
 
+@lru_cache(maxsize=1 << 18)  # a lint walks the names several times (grouping, aliases, SG101)
 def alike(name: str) -> str:
     """``name`` with any expert index set to 0: every expert of a layer is placed alike
     (role, kind, runtime prefixes; only ``Placement.module`` differs), so a walk over

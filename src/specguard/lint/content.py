@@ -37,7 +37,7 @@ class ScaleColumn:
 class ScaleSamples:
     names: list[str]  # tensor name per index
     modules: list[str]
-    layers: np.ndarray  # module with any expert index dropped: siblings share it (object array)
+    siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
     params: np.ndarray  # parameter suffix per index (object array)
     per_tensor: np.ndarray  # bool per index: read whole
     columns: list[ScaleColumn]
@@ -50,7 +50,7 @@ def read_scales(r: Resolver) -> ScaleSamples:
     """Every scale tensor's bytes: whole for per-tensor scales, a prefix for block scales."""
     rows = [(t, m.name, p) for m in r.table for p, t in m.params.items() if p in SCALE_PARAMS and t.dtype in NUMPY]
     if r.checkpoint.root is None or not rows:
-        return ScaleSamples([], [], np.zeros(0, object), np.zeros(0, object), np.zeros(0, bool), [])
+        return ScaleSamples([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, bool), [])
     n = len(rows)
     dtypes = [t.dtype for t, _, _ in rows]
     itemsize = np.array([NUMPY[d].itemsize for d in dtypes], dtype=np.int64)
@@ -66,8 +66,10 @@ def read_scales(r: Resolver) -> ScaleSamples:
     columns = [_column(d, np.array(idx), buf, pos, want // itemsize) for d, idx in by_dtype.items()]
     modules = [m for _, m, _ in rows]
     layer = {m: m.split(".experts.")[0] for m in dict.fromkeys(modules)}  # once per module, not per scale
+    kin: dict[tuple[str, str], int] = {}
+    siblings = np.fromiter((kin.setdefault((layer[m], p), len(kin)) for _, m, p in rows), np.int64, n)
     return ScaleSamples(
-        [t.name for t, _, _ in rows], modules, np.array(list(map(layer.__getitem__, modules)), dtype=object),
+        [t.name for t, _, _ in rows], modules, siblings,
         np.array([p for _, _, p in rows], dtype=object), per_tensor, columns,
     )
 
@@ -79,9 +81,9 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     counts = count[idx]
     total = int(counts.sum())
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
-    byte_at = np.repeat(pos[idx], counts) + within * k
-    gathered = buf[byte_at[:, None] + np.arange(k)]  # (total, k) bytes
+    # element j of tensor i lies at pos[i] + (j - first[i]) * k: one repeat over all elements
+    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
+    gathered = buf[byte_at][:, None] if k == 1 else buf[byte_at[:, None] + np.arange(k)]  # (total, k) bytes
     codes = gathered[:, 0] if k == 1 else None
     values = gathered.reshape(-1).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
     keep = counts > 0

@@ -145,15 +145,18 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
 def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
     """Tensors the built method reads that some module behind the route does not store."""
     want = needs(rt.vllm.scheme)
-    out: list[str] = []
+    out: set[str] = set()
+    seen: set[tuple[str, ...]] = set()  # modules storing the same parameters answer alike (256 experts a layer)
     for res in ctx.resolvers:
         for name in rt.checkpoint_names:
             mod = res.table.modules.get(name)
             if mod is None:
                 continue
-            for alternatives in want:
-                if not any(a in mod.params for a in alternatives) and alternatives[0] not in out:
-                    out.append(alternatives[0])
+            stored = tuple(mod.params)
+            if stored in seen:
+                continue
+            seen.add(stored)
+            out.update(alternatives[0] for alternatives in want if not any(a in mod.params for a in alternatives))
     return tuple(a[0] for a in want if a[0] in out)
 
 

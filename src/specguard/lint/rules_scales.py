@@ -60,7 +60,7 @@ def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, se
         yield "hold NaN or Inf", hit(~np.isfinite(v))
     if col.dtype in ("F32", "BF16", "F16"):
         yield "hold vLLM's finfo(float32).min fill value", hit(v == FINFO_MIN)
-        signed = np.isin(samples.params, list(NON_NEGATIVE))[owner]
+        signed = np.array([p in NON_NEGATIVE for p in samples.params], dtype=bool)[owner]  # isin sorts strings
         yield "hold negative values", hit((v < 0) & (v != FINFO_MIN) & signed)
     if col.dtype != "U8":
         yield "are zero (a per-tensor scale of 0 erases the layer)", hit(per_tensor & (v == 0))
@@ -78,17 +78,16 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
         peak = np.maximum.reduceat(np.abs(col.values), col.starts)
         ok = samples.per_tensor[col.owners] & np.isfinite(peak) & (peak > 0)
         owners, peak = col.owners[ok], peak[ok]
-        keys = samples.layers[owners] + "|" + samples.params[owners]
-        uniq, group = np.unique(keys, return_inverse=True)
-        for g in range(len(uniq)):
-            members = np.flatnonzero(group == g)
+        kin = samples.siblings[owners]
+        order = np.argsort(kin, kind="stable")  # integer groups: no string keys to build and sort
+        for members in np.split(order, np.flatnonzero(np.diff(kin[order])) + 1):
             if members.size < 3:
                 continue
             vals = peak[members]
             med = float(np.median(vals))
             far = members[(vals > med * SIBLING_SPREAD) | (vals < med / SIBLING_SPREAD)]
             if far.size:
-                param = uniq[g].rsplit("|", 1)[1]
+                param = samples.params[owners[members[0]]]
                 what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
                 out.setdefault(what, set()).update(owners[far].tolist())
     return out
