@@ -10,10 +10,13 @@ tensors instead of a Python loop over 100,000 small arrays (benchmarks/lint.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from specguard.checkpoint.dtypes import NUMPY
+from specguard.checkpoint.header import TensorInfo
 from specguard.formats.modules import SCALE_PARAMS
 from specguard.resolve import Resolver
 
@@ -48,30 +51,41 @@ class ScaleSamples:
 
 def read_scales(r: Resolver) -> ScaleSamples:
     """Every scale tensor's bytes: whole for per-tensor scales, a prefix for block scales."""
-    rows = [(t, m.name, p) for m in r.table for p, t in m.params.items() if p in SCALE_PARAMS and t.dtype in NUMPY]
-    if r.checkpoint.root is None or not rows:
+    # Fields are pulled with C-level maps (attrgetter, dict lookups), not a generator per field:
+    # 135,000 scale tensors in a DeepSeek export (benchmarks/lint_export.py).
+    tensors: list[TensorInfo] = []
+    modules: list[str] = []
+    params: list[str] = []
+    for m in r.table:
+        for p, t in m.params.items():
+            if p in SCALE_PARAMS and t.dtype in NUMPY:
+                tensors.append(t)
+                modules.append(m.name)
+                params.append(p)
+    if r.checkpoint.root is None or not tensors:
         return ScaleSamples([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, bool), [])
-    n = len(rows)
-    dtypes = [t.dtype for t, _, _ in rows]
-    itemsize = np.array([NUMPY[d].itemsize for d in dtypes], dtype=np.int64)
-    begin = np.fromiter((t.data_start + t.data_offsets[0] for t, _, _ in rows), np.int64, n)  # t.offsets[0]
-    size = np.fromiter((t.nbytes for t, _, _ in rows), np.int64, n)
+    n = len(tensors)
+    dtypes = list(map(attrgetter("dtype"), tensors))
+    kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
+    kind = np.fromiter(map(kinds.__getitem__, dtypes), np.int64, n)
+    itemsize = np.array([NUMPY[d].itemsize for d in kinds], dtype=np.int64)[kind]
+    span = np.fromiter(chain.from_iterable(map(attrgetter("data_offsets"), tensors)), np.int64, 2 * n).reshape(n, 2)
+    begin = np.fromiter(map(attrgetter("data_start"), tensors), np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
+    size = span[:, 1] - span[:, 0]
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize
-    buf, pos = r.checkpoint.read_ranges([t.file for t, _, _ in rows], begin, want)
-    by_dtype: dict[str, list[int]] = {}
-    for i, d in enumerate(dtypes):
-        by_dtype.setdefault(d, []).append(i)
-    columns = [_column(d, np.array(idx), buf, pos, want // itemsize) for d, idx in by_dtype.items()]
-    modules = [m for _, m, _ in rows]
-    layer = {m: m.split(".experts.")[0] for m in dict.fromkeys(modules)}  # once per module, not per scale
-    kin: dict[tuple[str, str], int] = {}
-    siblings = np.fromiter((kin.setdefault((layer[m], p), len(kin)) for _, m, p in rows), np.int64, n)
-    return ScaleSamples(
-        [t.name for t, _, _ in rows], modules, siblings,
-        np.array([p for _, _, p in rows], dtype=object), per_tensor, columns,
-    )
+    buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
+    columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
+    # siblings: one number per (module less any expert index, parameter), from two int maps
+    layers = {m: m.split(".experts.")[0] for m in dict.fromkeys(modules)}  # once per module, not per scale
+    layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers.values()))}
+    layer_of = {m: layer_ids[x] for m, x in layers.items()}
+    param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
+    siblings = (np.fromiter(map(layer_of.__getitem__, modules), np.int64, n) * len(param_ids)
+                + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
+    return ScaleSamples(list(map(attrgetter("name"), tensors)), modules, siblings, np.array(params, dtype=object),
+                        per_tensor, columns)
 
 
 def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count: np.ndarray) -> ScaleColumn:
