@@ -118,7 +118,7 @@ class Pattern:
         ``is_equal_or_regex_match``), never with wildcards or substrings."""
         t, sem = self.text, self.semantics
         if sem in (VLLM_EXACT, MODELOPT):
-            entries = p.modelopt_rewrite((t,)) if sem == MODELOPT else [t]
+            entries = self.modelopt_entries[0] if sem == MODELOPT else (t,)
             return name in entries
         if sem == COMPRESSED_TENSORS:
             return p.ct_match_name(name, t)

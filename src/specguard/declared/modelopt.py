@@ -51,23 +51,25 @@ class ModelOptDeclared(Declared):
     def _excluding(self, name: str) -> Pattern | None:
         """The first exclusion entry matching ``name``. One combined scan rules out the
         common case, a name no entry matches, before 100+ entries are asked in turn
-        (benchmarks/lint_export.py); names with ``experts`` take the full path (the
-        reverse-substring rule of ``Pattern._modelopt_matches``)."""
-        scan = self._exclusion_scan
-        if scan is not None and "experts" not in name and scan.search(name) is None:
-            return None
+        (benchmarks/lint_export.py)."""
+        if self._exclusion_scan is not None:
+            scan, experts = self._exclusion_scan
+            if scan.search(name) is None and not ("experts" in name and any(name in e for e in experts)):
+                return None
         return self._first(name, None, (UNQUANTIZED,))
 
     @cached_property
-    def _exclusion_scan(self) -> re.Pattern[str] | None:
-        """Every ModelOpt exclusion test but the experts rule as one regex: an entry as a
-        substring, a glob (``fnmatch``, POSIX: case-sensitive) over the whole name."""
+    def _exclusion_scan(self) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
+        """``Pattern._modelopt_matches`` over every exclusion entry at once: a regex for an
+        entry as a substring or a glob (``fnmatch``, POSIX: case-sensitive) over the whole
+        name, and the entries naming ``experts`` for the reverse-substring rule."""
         excludes = [x for x in self.patterns if x.effect == UNQUANTIZED]
         if any(x.semantics != MODELOPT for x in excludes):
             return None
         entries = [e for x in excludes for e in x.modelopt_entries[0]]
         globs = [g for x in excludes for g in x.modelopt_entries[1]]
-        return re.compile("|".join([re.escape(e) for e in entries] + [rf"\A{translate(g)}" for g in globs]))
+        scan = re.compile("|".join([re.escape(e) for e in entries] + [rf"\A{translate(g)}" for g in globs]))
+        return scan, tuple(e for e in entries if "experts" in e)
 
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         if kind == r.EMBEDDING_KIND:
