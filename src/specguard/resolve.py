@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
@@ -121,9 +122,8 @@ class Resolver:
         self.platform = platform
         self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
-            dtypes = {n: t.dtype for n, t in checkpoint.tensors.items()}  # GPTQ/AWQ maybe_update_config
             self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
-                                tensor_dtypes=dtypes)
+                                tensor_dtypes=_TensorDtypes(checkpoint.tensors))  # GPTQ/AWQ maybe_update_config
             self._vllm_model: str | None = None
         else:
             t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None
@@ -347,6 +347,23 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+class _TensorDtypes(Mapping[str, str]):
+    """Tensor name -> dtype, read through the headers when asked (GPTQ/AWQ configs only):
+    a copy cost every Resolver, and every fix lint re-routes, a pass over 180,000 tensors."""
+
+    def __init__(self, tensors: Mapping[str, TensorInfo]) -> None:
+        self._tensors = tensors
+
+    def __getitem__(self, name: str) -> str:
+        return self._tensors[name].dtype
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 class UnknownPrefixError(UsageError):
