@@ -85,7 +85,7 @@ class Resolver:
 
     def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
                  target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None,
-                 table: ModuleTable | None = None) -> None:
+                 table: ModuleTable | None = None, _like: Resolver | None = None) -> None:
         """``target``: for a separate drafter checkpoint (DSpark/EAGLE
         ``speculative_config.model``), the target it drafts for. The drafter's
         stored and declared schemes come from its own files; only vLLM's
@@ -95,7 +95,8 @@ class Resolver:
         another checkpoint (an EAGLE head, ``--draft``): the target model skips
         them on load (deepseek_v2.py ``load_weights``: spec layers ``continue``)
         and no draft model is built from them. Default: False for a target
-        served with ``draft_method="eagle"``, else True."""
+        served with ``draft_method="eagle"``, else True. ``_like``: the Resolver whose
+        grouping ``with_configs`` reuses when the new configs give the same layout."""
         if own_draft is None:
             own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
                              and not is_eagle_drafter(checkpoint.config or {}))
@@ -130,17 +131,27 @@ class Resolver:
             self.vllm = Vllm033(dict(target.config), t_hf, platform=platform, draft_method=draft_method,
                                 draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
+        self._groups: dict[str, list[str]]
+        self._alias: dict[str, str]
+        if _like is not None and _same_layout(_like.layout, self.layout):
+            # a proposed fix (``with_configs``): same modules, same placements; lint re-routes each fix
+            self.layout, self._groups, self._alias = _like.layout, _like._groups, _like._alias
+        else:
+            self._group()
+        self._routes: dict[str, Route] = {}
+        self._refusals: list | None = None
+        self._route_lock = threading.Lock()
+
+    def _group(self) -> None:
+        """Modules by canonical runtime prefix, and every spelling's canonical prefix."""
         self._groups = self.layout.group_by_runtime_prefix(self.table.modules)
         if not self.own_draft:  # stored, never loaded: not part of what this serve builds
             self._groups = {p: ns for p, ns in self._groups.items() if not self.layout.role(ns[0]).is_draft}
-        self._alias: dict[str, str] = {}
+        self._alias = {}
         for prefix, names in self._groups.items():
             for key in dict.fromkeys(map(alike, names)):  # experts of a layer share their spellings
                 for p in self.layout.runtime_prefixes(key):
                     self._alias.setdefault(p, prefix)
-        self._routes: dict[str, Route] = {}
-        self._refusals: list | None = None
-        self._route_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------
 
@@ -171,7 +182,7 @@ class Resolver:
         the headers and their classification are shared, nothing is re-read."""
         ckpt = replace(self.checkpoint, config=config, hf_quant_config=hf_quant_config)
         return Resolver(ckpt, draft_method=self.draft_method, target=self.target, platform=self.platform,
-                        own_draft=self.own_draft, table=self.table)
+                        own_draft=self.own_draft, table=self.table, _like=self)
 
     @classmethod
     def clear_cache(cls) -> None:
@@ -347,6 +358,13 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+def _same_layout(a: Layout, b: Layout) -> bool:
+    """Two layouts that place every name alike: same family class, same settings."""
+    def settings(x: Layout) -> dict:
+        return {k: v for k, v in vars(x).items() if k != "_cache"}
+    return type(a) is type(b) and settings(a) == settings(b)
 
 
 class _TensorDtypes(Mapping[str, str]):
