@@ -247,3 +247,19 @@ def test_bad_answers_are_one_line_and_exit_2(hub_env, monkeypatch, capsys, case)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message.split()[0] in lines[0]
     assert not list((hub_env / "xdg").rglob("*.msgpack"))  # a bad answer is never cached
+
+
+def test_no_home_means_no_cache_not_a_cache_in_the_working_directory(monkeypatch, tmp_path):
+    """One cache root for the sample and the remote audits; with no home the audit is a miss."""
+    from specguard.checkpoint import cache
+    from specguard.errors import SpecguardError
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "relative-home")  # a HOME that names no directory of its own
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecguardError, match="XDG_CACHE_HOME"):
+        cache.cache_root()
+    assert cache.snapshot_path("https://hub", "acme/x", "a" * 40) is None
+    assert not cache.seen("https://hub", "acme/x") and cache.load(None) is None
+    cache.save(None, cache.Snapshot(None, {}, []))
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import msgspec
 
+from specguard.errors import SpecguardError
+
 VERSION = 1
 
 
@@ -28,35 +30,54 @@ class Snapshot(msgspec.Struct, frozen=True):
     shards: list[tuple[str, int, bytes]]  # (shard name, file size, header JSON bytes)
 
 
+NO_CACHE = "set XDG_CACHE_HOME to a writable directory"
+
+
 def cache_root() -> Path:
-    """$XDG_CACHE_HOME/specguard, or ~/.cache/specguard."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """$XDG_CACHE_HOME/specguard, else ~/.cache/specguard; the sample checkpoint and the
+    remote audits share it. SpecguardError when there is no home to put it in (without
+    the check, ``~`` would stay literal and the cache would land in the working directory)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home == "~" or not os.path.isabs(home):  # no HOME and no passwd entry
+            raise SpecguardError(f"no home directory for specguard's cache; {NO_CACHE}")
+        base = os.path.join(home, ".cache")
     return Path(base) / "specguard"
 
 
-def snapshot_path(endpoint: str, repo_id: str, commit: str) -> Path:
-    """One file per (server, repo, commit); the server by a short hash of its URL."""
+def snapshot_path(endpoint: str, repo_id: str, commit: str) -> Path | None:
+    """One file per (server, repo, commit); the server by a short hash of its URL.
+    None without a cache directory: every audit is then a miss."""
+    try:
+        root = cache_root()
+    except SpecguardError:
+        return None
     server = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
     safe_repo = re.sub(r"[^\w.-]", "--", repo_id)
-    return cache_root() / "remote" / server / safe_repo / f"{commit}.v{VERSION}.msgpack"
+    return root / "remote" / server / safe_repo / f"{commit}.v{VERSION}.msgpack"
 
 
 def seen(endpoint: str, repo_id: str) -> bool:
     """Whether any commit of this repo was cached (then a HEAD first can save the index)."""
-    folder = snapshot_path(endpoint, repo_id, "x").parent
-    return folder.is_dir() and any(folder.glob(f"*.v{VERSION}.msgpack"))
+    path = snapshot_path(endpoint, repo_id, "x")
+    return path is not None and path.parent.is_dir() and any(path.parent.glob(f"*.v{VERSION}.msgpack"))
 
 
-def load(path: Path) -> Snapshot | None:
+def load(path: Path | None) -> Snapshot | None:
+    if path is None:
+        return None
     try:
         return msgspec.msgpack.decode(path.read_bytes(), type=Snapshot)
     except (OSError, msgspec.DecodeError):
         return None
 
 
-def save(path: Path, snapshot: Snapshot) -> None:
+def save(path: Path | None, snapshot: Snapshot) -> None:
     """Written to a temporary file beside it, then renamed: readers see all or nothing.
-    A cache that cannot be written (read-only home) only costs the next audit its requests."""
+    A cache that cannot be written (read-only home, no home) only costs the next audit its requests."""
+    if path is None:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)

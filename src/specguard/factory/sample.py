@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from specguard.checkpoint.cache import NO_CACHE, cache_root
 from specguard.errors import SpecguardError
 
 SAMPLE_SCENARIO = "s1"
 SAMPLE_SEED = 0
-
-
-NO_CACHE = "set XDG_CACHE_HOME to a writable directory"
-
-
-def cache_root() -> Path:
-    """$XDG_CACHE_HOME/specguard, else ~/.cache/specguard (SpecguardError when there is no home)."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        home = os.path.expanduser("~")
-        if home == "~" or not os.path.isabs(home):  # no HOME and no passwd entry
-            raise SpecguardError(f"no home directory for the sample checkpoint's cache; {NO_CACHE}")
-        base = os.path.join(home, ".cache")
-    return Path(base) / "specguard"
 
 
 def ensure_sample() -> Path:
