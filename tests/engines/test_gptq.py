@@ -17,13 +17,11 @@ import vllm.model_executor.layers.quantization.utils.gptq_utils as gu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vllm.config import set_current_vllm_config
-from vllm.model_executor.layers.fused_moe import RoutedExperts
-from vllm.model_executor.layers.linear import LinearBase
-from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
 from specguard.engines.vllm.gptq import gptq_builds
 from specguard.engines.vllm.int_group import ShardsDisagree, modules_by_dtype
 from specguard.engines.vllm.v0_33 import MTP_MODEL, Vllm033
+from tests.engines.layers import bare_layer
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 METHODS = ("AutoGPTQLinearMethod", "AutoGPTQMoEMethod")
@@ -41,20 +39,13 @@ def recorders():
         yield
 
 
-def _layer(kind: str):
-    cls = {"routed_experts": RoutedExperts, "linear": LinearBase, "head": ParallelLMHead}[kind]
-    layer = object.__new__(cls)
-    layer.__dict__["moe_config"] = None
-    return layer
-
-
 def real(qc: dict, prefix: str, kind: str, layers: list[str]) -> tuple:
     cfg = ag.AutoGPTQConfig.from_config(dict(qc))
     cfg.modules_in_block_to_quantize = list(layers)
     cfg.packed_modules_mapping = PACKED
     try:
         with set_current_vllm_config(NS(model_config=None)):
-            m = cfg.get_quant_method(_layer(kind), prefix)
+            m = cfg.get_quant_method(bare_layer(kind), prefix)
     except ValueError:
         return ("ValueError",)
     if type(m).__name__ in METHODS:

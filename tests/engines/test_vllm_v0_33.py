@@ -38,6 +38,7 @@ from vllm.models.deepseek_v41.nvidia.vl_model import DeepseekV41ForCausalLM as V
 
 from specguard.engines.vllm.v0_33 import V4_CLASS, V41_CLASS, Vllm033, deepseek_v4_rename
 from specguard.formats import scheme as s
+from tests.engines.layers import bare_layer
 
 N = 43
 BASE = {"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": N,
@@ -63,13 +64,6 @@ def recorders():
         yield
 
 
-def _layer(kind: str):
-    cls = {"routed_experts": RoutedExperts, "linear": LinearBase, "head": ParallelLMHead}[kind]
-    layer = object.__new__(cls)
-    layer.__dict__["moe_config"] = None
-    return layer
-
-
 def real_method(config: dict, prefix: str, kind: str, platform: str, model: str) -> str:
     """The quant-method class vLLM 0.33's own code picks."""
     qc, v41 = config["quantization_config"], config["model_type"] == "deepseek_v41"
@@ -89,7 +83,7 @@ def real_method(config: dict, prefix: str, kind: str, platform: str, model: str)
     hf = NS(**config)
     with set_current_vllm_config(NS(model_config=NS(hf_config=hf, hf_text_config=hf))):
         try:
-            method = obj.get_quant_method(_layer(kind), prefix)
+            method = obj.get_quant_method(bare_layer(kind), prefix)
         except ValueError:
             return "ValueError"
     return "None" if method is None else type(method).__name__
