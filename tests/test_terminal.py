@@ -36,12 +36,16 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def in_terminal(args: list[str], columns: int, timeout: float = 120) -> tuple[int, str]:
-    """Run the command in a real pseudo-terminal ``columns`` wide; (exit code, what it printed)."""
+def in_terminal(args: list[str], columns: int, timeout: float = 120, *, interrupt_after: bytes | None = None,
+                **env: str) -> tuple[int, str]:
+    """Run the command in a real pseudo-terminal ``columns`` wide; (exit code, what it printed).
+
+    ``interrupt_after``: once the output shows these bytes, type Ctrl-C (the terminal turns it
+    into SIGINT for the foreground process). ``env``: extra environment variables."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal of the given size on stdin/stdout/stderr
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-        os.execve(sys.executable, [*CLI, *args], _env(TERM="xterm-256color"))
+        os.execve(sys.executable, [*CLI, *args], _env(TERM="xterm-256color", **env))
     chunks, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -51,6 +55,9 @@ def in_terminal(args: list[str], columns: int, timeout: float = 120) -> tuple[in
         if not data:
             break
         chunks.append(data)
+        if interrupt_after is not None and interrupt_after in b"".join(chunks):
+            os.write(fd, b"\x03")
+            interrupt_after = None
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")

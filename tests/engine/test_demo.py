@@ -7,10 +7,7 @@ import argparse
 import io
 import json
 import os
-import pty
 import re
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ from specguard.engine import demo
 from specguard.engine.demo import main
 from specguard.guard import GuardFinding, LoadReport
 from specguard.terminal import print_table
-from tests.test_terminal import ANSI, CLI, _env, in_terminal
+from tests.test_terminal import in_terminal
 
 SMALL = ["--prompts", "1", "--new-tokens", "8"]
 GUARD_ROW = re.compile(r"w13_weight_scale_2 .*never written .*float32 .*4×2 .*8/8 .*still holds poison")
@@ -91,28 +88,9 @@ def test_help_names_every_default() -> None:
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """Ctrl-C typed into a real terminal while the demo decodes: no traceback (worker or progress
     threads included), one line, exit 130, its temporary checkpoints removed."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(sys.executable, [*CLI, "demo", "--prompts", "64", "--new-tokens", "64"],
-                  _env(TERM="xterm-256color", TMPDIR=str(tmp_path)))
-    chunks: list[bytes] = []
-    sent, deadline = False, time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-        if not sent and b"s1 resolver" in b"".join(chunks):  # decoding has begun
-            os.write(fd, b"\x03")  # the terminal turns it into SIGINT for the foreground process
-            sent = True
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
-    assert sent, text
-    assert os.waitstatus_to_exitcode(status) == 130, text
+    code, text = in_terminal(["demo", "--prompts", "64", "--new-tokens", "64"], 80,
+                             interrupt_after=b"s1 resolver", TMPDIR=str(tmp_path))  # decoding has begun
+    assert code == 130, text
     assert "Traceback" not in text and text.count("interrupted") == 1
     assert text.rstrip().endswith("specguard: interrupted")
     assert not list(tmp_path.glob("specguard-demo-*"))
