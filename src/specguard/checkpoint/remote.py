@@ -49,9 +49,9 @@ from specguard.checkpoint.index import (
 
 # Requests in flight at once. The Hub counts requests per 5-minute window (its
 # resolver quota is in the thousands even for anonymous users), not open
-# connections; 32 is huggingface_hub's own cap for its thread pools
-# (utils/tqdm.py, thread_map) and reads a 163-shard header set in 6 waves.
-POOL = 32
+# connections. 64 reads a 64-shard header set in one wave after the first shard
+# (benchmarks/remote.py) and a 163-shard one (DeepSeek-V3) in three.
+POOL = 64
 FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
 ENTRY_MARGIN = 1.05  # on the learned bytes per entry: shards of other tensor kinds (a drafter's) differ ~5 %
 CALIBRATE_FROM = 16  # tensors a shard needs before its bytes per entry size the others' reads
