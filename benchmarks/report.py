@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -68,14 +69,15 @@ def screenshot(path: Path) -> None:
     """Factory S1's page at 1280 px, the misrouted MTP experts selected."""
     from specguard.factory import write_scenario
 
+    path = path.resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        s1 = write_scenario("s1", Path(tmp) / "s1").path
+        os.chdir(tmp)  # the page names the checkpoint as a user typed it: s1
+        write_scenario("s1", Path("s1"))
         page = Path(tmp) / "s1.html"
-        report.run_report(build_parser().parse_args(["report", str(s1), "-o", str(page)]))
+        report.run_report(build_parser().parse_args(["report", "s1", "-o", str(page)]))
         with _browser().Browser() as br:
-            p = br.open(page.as_uri(), width=1280, height=1000)
+            p = br.open(page.as_uri(), width=1280, height=1240)
             p.click("td.cell.marked")
-            p.evaluate("window.scrollTo(0, document.getElementById('map').offsetTop - 8)")
             p.screenshot(path)
             assert p.console == []
     print(f"wrote {path}")
