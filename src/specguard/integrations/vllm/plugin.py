@@ -127,7 +127,9 @@ def _safe(name: str, patch: Callable[[ModuleType], None]) -> Callable[[ModuleTyp
             patch(module)
         except Exception as exc:
             _patches.undo(keep)
-            safety.warn_once(f"patching {name}", exc)
+            # A dependency of specguard's own that will not import fails every patch alike: say it once.
+            what = "importing specguard's routing" if isinstance(exc, ImportError) else f"patching {name}"
+            safety.warn_once(what, exc)
 
     return run
 
