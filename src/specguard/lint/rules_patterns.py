@@ -41,8 +41,11 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     return out
 
 
-@rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
+SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
       "An ignore/exclude pattern matches no runtime prefix the engine builds, so it excludes nothing.")
+
+
+@SG101
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
@@ -89,7 +92,7 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
         layers = sorted({_layer_of(p) for p in intended})
         msg += (f": it names {len(hits)} checkpoint module(s) ({describe(hits, limit=2)}), "
                 f"which the engine builds under {', '.join(layers)}")
-    return Finding("SG101", WARNING, msg, tuple(hits), fix, data={
+    return SG101.finding(msg, tuple(hits), fix, data={
         "pattern": pat.text, "key": pat.key, "semantics": pat.semantics, "runtime_prefixes": intended,
         "edits": [e.as_dict() for e in edits], "targets": targets})
 
@@ -138,9 +141,12 @@ def _layer_of(prefix: str) -> str:
     return prefix
 
 
-@rule("SG103", "quant-config-files-disagree", WARNING,
+SG103 = rule("SG103", "quant-config-files-disagree", WARNING,
       "config.json's quantization_config and hf_quant_config.json claim different schemes; the engine reads "
       "config.json's only, so the other file's claim has no effect.")
+
+
+@SG103
 def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         qf = ctx.quant_files(r)
@@ -153,6 +159,7 @@ def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
             msg += (f": {len(qf.explained)} of them are built other than stored because of it "
                     f"({describe(sorted(qf.explained))}), reported here once instead of module by module")
         # an error when the engine misbuilds modules because of it (their SG2xx findings are folded in here)
-        yield Finding("SG103", ERROR if qf.explained else WARNING, msg, tuple(qf.differ),
-                      "make config.json's quantization_config say what hf_quant_config.json says (the engine "
-                      "reads config.json), or delete the stale file", data={"explained": sorted(qf.explained)})
+        yield SG103.finding(msg, tuple(qf.differ),
+                            "make config.json's quantization_config say what hf_quant_config.json says (the engine "
+                            "reads config.json), or delete the stale file",
+                            severity=ERROR if qf.explained else WARNING, data={"explained": sorted(qf.explained)})

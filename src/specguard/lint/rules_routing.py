@@ -89,8 +89,11 @@ def _misrouted(rt: Built) -> bool:
     return rt.verdict == MISROUTED
 
 
-@rule("SG201", "stored-format-differs-from-declared", ERROR,
+SG201 = rule("SG201", "stored-format-differs-from-declared", ERROR,
       "A module is stored in one quantized format while the config makes the engine build another.")
+
+
+@SG201
 def stored_differs(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[tuple[Resolver, Built]]] = defaultdict(list)
     for res, rt in ctx.all_routes():
@@ -103,9 +106,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
         res, first = pairs[0]
         routes = [rt for _, rt in pairs]
         edits, fix = _fix(ctx, res, routes)
-        yield Finding(
-            "SG201", ERROR,
-            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {first.stored.short()}; "
+        yield SG201.finding(f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {first.stored.short()}; "
             f"declared {first.declared.scheme.short()} by {first.declared.source}; {ENGINE} on {res.platform} "
             f"({_class(first)}) builds {method}: {describe(rt.prefix for rt in routes)}",
             _names(routes), fix, data={"edits": [e.as_dict() for e in edits], "targets": [rt.prefix for rt in routes]},
@@ -119,9 +120,12 @@ def _class(rt: Built) -> str:
     return f"{parts[-3]} {parts[-1]}" if len(parts) >= 3 else path
 
 
-@rule("SG202", "declared-scheme-needs-missing-tensors", ERROR,
+SG202 = rule("SG202", "declared-scheme-needs-missing-tensors", ERROR,
       "The scheme the engine builds needs tensors the checkpoint does not store: those parameters stay "
       "uninitialized (torch.empty).")
+
+
+@SG202
 def needs_missing(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if not rt.stored.quantized or not rt.vllm.scheme.quantized:
@@ -131,9 +135,7 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
 
     for (role, method, missing), routes in _groups(ctx, pick):
         params = _engine_params(routes[0], missing)
-        yield Finding(
-            "SG202", ERROR,
-            f"{method} needs {', '.join(missing)} but {len(routes)} {role} layer(s) store none; "
+        yield SG202.finding(f"{method} needs {', '.join(missing)} but {len(routes)} {role} layer(s) store none; "
             f"never loaded, left uninitialized: {', '.join(params)} in {describe(rt.prefix for rt in routes)}",
             _names(routes),
             "store the missing scales, or route these modules to the format they are stored in "
@@ -167,8 +169,11 @@ def _engine_params(rt: Built, missing: tuple[str, ...]) -> list[str]:
     return list(missing)
 
 
-@rule("SG203", "declared-quantized-stored-unquantized", ERROR,
+SG203 = rule("SG203", "declared-quantized-stored-unquantized", ERROR,
       "The config makes the engine build a quantized layer for a module stored in BF16/FP16/FP32.")
+
+
+@SG203
 def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and not rt.stored.quantized and rt.vllm.scheme.quantized:
@@ -179,9 +184,7 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
         if routes[0].vllm.method.startswith("AutoGPTQ"):
             yield _gptq_over_plain(ctx, role, stored, built, source, routes)
             continue
-        yield Finding(
-            "SG203", ERROR,
-            f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
+        yield SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
             f"{describe(rt.prefix for rt in routes)}",
             _names(routes),
             "exclude these modules with a pattern that matches the engine's runtime prefixes "
@@ -199,9 +202,7 @@ def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, sourc
     fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
            "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
            "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
-    return Finding(
-        "SG203", ERROR,
-        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+    return SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
         fix,
@@ -217,8 +218,11 @@ def _gptq_dynamic(ctx: LintContext) -> dict:
     return {}
 
 
-@rule("SG204", "stored-quantized-declared-unquantized", ERROR,
+SG204 = rule("SG204", "stored-quantized-declared-unquantized", ERROR,
       "A module stored quantized is built as an unquantized layer: its packed bytes and scales are misread.")
+
+
+@SG204
 def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and rt.stored.quantized and not rt.vllm.scheme.quantized:
@@ -227,9 +231,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
 
     for (role, stored, method), routes in _groups(ctx, pick):
         if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
-            yield Finding(
-                "SG204", ERROR,
-                f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+            yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
                 f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
                 _names(routes),
@@ -237,9 +239,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
                 f"config builds {stored} layers beside GPTQ ones",
             )
             continue
-        yield Finding(
-            "SG204", ERROR,
-            f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+        yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
             f"({routes[0].vllm.reason}): {describe(rt.prefix for rt in routes)}",
             _names(routes),
             f"declare them {stored} (or store them unquantized)",

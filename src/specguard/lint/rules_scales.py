@@ -25,9 +25,12 @@ NON_NEGATIVE = frozenset({"weight_scale", "weight_scale_inv", "scale", "weight_s
                           "weight_global_scale", "input_global_scale"})
 
 
-@rule("SG401", "implausible-scale-values", ERROR,
+SG401 = rule("SG401", "implausible-scale-values", ERROR,
       "Scale tensors hold values no quantizer writes: NaN/Inf, E8M0 0xFF, zero or negative per-tensor "
       "scales, vLLM's finfo.min sentinel, or magnitudes far outside their siblings.", reads_bytes=True)
+
+
+@SG401
 def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         samples = ctx.scales(r)
@@ -40,8 +43,7 @@ def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
             problems[what] |= owners
         for what, owners in sorted(problems.items()):
             names = samples.names_of(sorted(owners))
-            yield Finding(
-                "SG401", ERROR, f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
+            yield SG401.finding(f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
                 "re-export the affected scales; a checkpoint must never carry uninitialized memory",
             )
 
@@ -93,9 +95,12 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
     return out
 
 
-@rule("SG402", "scale-bytes-contradict-dtype", WARNING,
+SG402 = rule("SG402", "scale-bytes-contradict-dtype", WARNING,
       "The bytes of an 8-bit scale tensor read as another format than its label or its declared scheme says "
       "(E8M0 powers of two under an E4M3 label, or the reverse).", reads_bytes=True)
+
+
+@SG402
 def scale_label(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[str]] = defaultdict(list)
     detail: dict[tuple, str] = {}
@@ -121,7 +126,7 @@ def scale_label(ctx: LintContext) -> Iterator[Finding]:
                 groups[key].extend(rt.checkpoint_names)
                 detail[key] = f"{how}, bytes read as {sn.dtype} with confidence {sn.confidence:.2f} ({sn.evidence})"
     for key, names in groups.items():
-        yield Finding("SG402", WARNING, f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
+        yield SG402.finding(f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
                       tuple(names), "label the scale with the dtype its bytes hold, and route the module by it")
 
 
