@@ -103,8 +103,7 @@ def _print_changes(plan: Plan) -> None:
     for ov in plan.overlays:
         who = f"{ov.role}: " if len(plan.overlays) > 1 else ""
         for c in merged(ov.changes):
-            values = ", ".join(repr(v) for v in c.values)
-            print(f"  {who}{c.file} {c.key} {c.op} {values}  ({c.why})")
+            print(f"  {who}{c}  ({c.why})")
         if ov.reencode:
             fmts = sorted(set(ov.reencode.values()))
             print(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "

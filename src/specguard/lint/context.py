@@ -10,6 +10,7 @@ from specguard.layouts.runs import group_runs
 from specguard.resolve import Resolver, Route
 
 if TYPE_CHECKING:
+    from specguard.repair.plan import Plan
     from specguard.lint.content import ScaleSamples
 
 
@@ -27,6 +28,7 @@ class LintContext:
     _routes: dict[int, list[Route]] = field(default_factory=dict)
     _scales: dict[int, ScaleSamples] = field(default_factory=dict)
     _files: dict[int, QuantFiles | None] = field(default_factory=dict)
+    _plan: Plan | None = None  # the repair planner's plan (lint/fixes.py ``plan``)
 
     def quant_files(self, r: Resolver) -> QuantFiles | None:
         """Where config.json's quantization_config and hf_quant_config.json claim different

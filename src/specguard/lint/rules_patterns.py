@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
-from specguard.declared.edits import ConfigEdit, at_key
+from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
 from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.base import alike
@@ -13,8 +14,9 @@ from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model
 from specguard.layouts.roles import ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
-from specguard.lint.fixes import checked, describe_edits
+from specguard.lint.fixes import checked, in_files, plan
 from specguard.lint.registry import rule
+from specguard.repair.plan import combined
 from specguard.resolve import Resolver
 
 _VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
@@ -84,7 +86,7 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({r.layout.runtime_prefixes(m)[0] for m in hits})
-    edits, targets, fix = _fix(ctx, r, pat, hits, intended)
+    fix, targets = _fix(ctx, r, pat, hits, intended)
     msg = f"{pat} {where}"
     if pat.semantics == FNMATCHCASE:
         msg += f" ({r.vllm.name}'s DeepSeek-V4.1 quant config matches it against routed-expert names only)"
@@ -94,15 +96,23 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
                 f"which the engine builds under {', '.join(layers)}")
     return SG101.finding(msg, tuple(hits), fix, data={
         "pattern": pat.text, "key": pat.key, "semantics": pat.semantics, "runtime_prefixes": intended,
-        "edits": [e.as_dict() for e in edits], "targets": targets})
+        "targets": targets})
 
 
 def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
-         intended: list[str]) -> tuple[list[ConfigEdit], list[str], str | None]:
-    """The first config change that re-routes clean (lint/fixes.py), and its text."""
+         intended: list[str]) -> tuple[Fix | None, list[str]]:
+    """The repair planner's drop of the entry where it repairs the modules the entry was meant
+    for (what `specguard fix` writes); else the first config change that re-routes clean
+    (lint/fixes.py), shown but not applied by `specguard fix` (display-only: fix repairs routing)."""
+    drops = plan(ctx).drops_for(r.checkpoint, pat.key) if hits else []
+    fix = combined(drops)
+    if fix is not None:
+        text = "; ".join(in_files(r, e) for e in fix.edits)
+        return replace(fix, message=f"{text}: it excludes nothing; the modules it was meant for are "
+                                    "repaired by the SG2xx fixes"), []
     file, path, index = at_key(pat.key)
     if index is None:
-        return [], [], None
+        return None, []
     d = r.declared_config
     draft = bool(r.layout.num_draft_layers) and bool(hits) and all(r.layout.role(m).is_draft for m in hits)
     drop = ConfigEdit(file, path, "remove", index=index)
@@ -124,12 +134,13 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
     candidates.append(([drop], [], "it excludes nothing"))
     for edits, targets, why in candidates:
         if checked(ctx, r, edits, targets):
-            return edits, targets, f"{describe_edits(edits)}: {why} (re-routed with the change: " + (
+            text = f"{'; '.join(in_files(r, e) for e in edits)}: {why} (re-routed with the change: " + (
                 f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
                 else "no module changes)")
+            return Fix(text, tuple(edits), Applicability.DISPLAY), targets
     if draft:
-        return [], [], "serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
-    return [], [], None
+        return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"), []
+    return None, []
 
 
 def _layer_of(prefix: str) -> str:

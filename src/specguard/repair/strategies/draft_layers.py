@@ -26,5 +26,6 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
             raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "
                                         "MTP config to the trailing layers stored")
         p.overlay.set_key("num_nextn_predict_layers", len(stored),
-                          f"{layout.num_draft_layers} declared, {len(stored)} stored")
+                          f"{layout.num_draft_layers} declared, {len(stored)} stored",
+                          [q.route.prefix for q in absent if q.overlay is p.overlay])
     settle(absent)
