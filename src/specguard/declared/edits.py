@@ -133,10 +133,12 @@ class Fix:
     applicability: Applicability = Applicability.DISPLAY
     platforms: tuple[str, ...] = ()  # PLATFORM: the platform classes it is right on
     reencode: tuple[str, ...] = ()  # checkpoint modules rewritten (REENCODE)
+    targets: tuple[str, ...] = ()  # runtime prefixes it makes route as stored
 
     def __str__(self) -> str:
         return self.message
 
     def as_dict(self) -> dict:
         return {"applicability": self.applicability, "platforms": list(self.platforms),
-                "edits": [e.as_dict() for e in self.edits], "reencode": list(self.reencode)}
+                "edits": [e.as_dict() for e in self.edits], "reencode": list(self.reencode),
+                "targets": list(self.targets)}

@@ -44,7 +44,7 @@ class Finding:
 
     def as_dict(self) -> dict:
         fix = self.fix.as_dict() if self.fix else {"applicability": None, "platforms": [], "edits": [],
-                                                    "reencode": []}
+                                                    "reencode": [], "targets": []}
         return {
             "code": self.code, "severity": self.severity, "message": self.message,
             "modules": list(self.modules), "fix": self.fix.message if self.fix else None, **fix, **self.data,

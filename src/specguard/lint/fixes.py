@@ -129,7 +129,7 @@ def planned(ctx: LintContext, r: Resolver, prefixes: Sequence[str], why: str = "
     fix = combined(changes, reencode)
     if fix is None:
         return None
-    targets = sorted({p for c in changes for p in c.prefixes})
+    targets = list(fix.targets)
     text = "; ".join(in_files(r, e) for e in fix.edits)
     if fix.applicability == Applicability.REENCODE:
         text = (f"re-encode {len(reencode)} module(s) to BF16 (exact; `specguard fix --out DIR` writes them)"

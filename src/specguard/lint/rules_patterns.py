@@ -86,7 +86,7 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({r.layout.runtime_prefixes(m)[0] for m in hits})
-    fix, targets = _fix(ctx, r, pat, hits, intended)
+    fix = _fix(ctx, r, pat, hits, intended)
     msg = f"{pat} {where}"
     if pat.semantics == FNMATCHCASE:
         msg += f" ({r.vllm.name}'s DeepSeek-V4.1 quant config matches it against routed-expert names only)"
@@ -96,11 +96,11 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
                 f"which the engine builds under {', '.join(layers)}")
     return SG101.finding(msg, tuple(hits), fix, data={
         "pattern": pat.text, "key": pat.key, "semantics": pat.semantics, "runtime_prefixes": intended,
-        "targets": targets})
+    })
 
 
 def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
-         intended: list[str]) -> tuple[Fix | None, list[str]]:
+         intended: list[str]) -> Fix | None:
     """The repair planner's drop of the entry where it repairs the modules the entry was meant
     for (what `specguard fix` writes); else the first config change that re-routes clean
     (lint/fixes.py), shown but not applied by `specguard fix` (display-only: fix repairs routing)."""
@@ -109,10 +109,10 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
     if fix is not None:
         text = "; ".join(in_files(r, e) for e in fix.edits)
         return replace(fix, message=f"{text}: it excludes nothing; the modules it was meant for are "
-                                    "repaired by the SG2xx fixes"), []
+                                    "repaired by the SG2xx fixes")
     file, path, index = at_key(pat.key)
     if index is None:
-        return None, []
+        return None
     d = r.declared_config
     draft = bool(r.layout.num_draft_layers) and bool(hits) and all(r.layout.role(m).is_draft for m in hits)
     drop = ConfigEdit(file, path, "remove", index=index)
@@ -137,10 +137,10 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
             text = f"{'; '.join(in_files(r, e) for e in edits)}: {why} (re-routed with the change: " + (
                 f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
                 else "no module changes)")
-            return Fix(text, tuple(edits), Applicability.DISPLAY), targets
+            return Fix(text, tuple(edits), Applicability.DISPLAY, targets=tuple(targets))
     if draft:
-        return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"), []
-    return None, []
+        return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer")
+    return None
 
 
 def _layer_of(prefix: str) -> str:

@@ -117,7 +117,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
             f"{first.stored.short()}; declared {first.declared.scheme.short()} by {_declared_by(res, first)}; "
             f"built {method} by {ENGINE} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
             f"{describe(targets)}",
-            _names(routes), fix, data={"targets": targets},
+            _names(routes), fix, data={"runtime_prefixes": targets},
         )
 
 

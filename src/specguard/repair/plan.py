@@ -92,7 +92,8 @@ def combined(changes: Sequence[Change], reencode: Sequence[str] = (), message: s
     platforms = sorted({p for c in changes for p in c.platforms}) if applicability == Applicability.PLATFORM else []
     edits = tuple(c.edit for c in merged(changes) if c.edit is not None)
     text = message or "; ".join(dict.fromkeys(f"{c} ({c.why})" for c in merged(changes)))
-    return Fix(text, edits, applicability, tuple(platforms), tuple(reencode))
+    targets = tuple(dict.fromkeys(p for c in changes for p in c.prefixes))
+    return Fix(text, edits, applicability, tuple(platforms), tuple(reencode), targets)
 
 
 _STRENGTH = (Applicability.REENCODE, Applicability.PLATFORM, Applicability.SAFE)
