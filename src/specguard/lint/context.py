@@ -10,8 +10,8 @@ from specguard.layouts.runs import group_runs
 from specguard.resolve import Resolver, Route
 
 if TYPE_CHECKING:
-    from specguard.repair.plan import Plan
     from specguard.lint.content import ScaleSamples
+    from specguard.repair.plan import Plan
 
 
 @dataclass(frozen=True)

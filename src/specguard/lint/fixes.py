@@ -55,11 +55,17 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
         if p in want:
             if a is None or a.verdict != OK:
                 return False
-        elif b is None or a is None:
-            return False
-        elif (_signature(b) != _signature(a)) if exact else (b.verdict == OK and a.verdict != OK):
+        elif not _kept(b, a, exact):
             return False
     return True
+
+
+def _kept(before: Route | None, after: Route | None, exact: bool) -> bool:
+    if before is None or after is None:
+        return False
+    if exact:
+        return _signature(before) == _signature(after)
+    return before.verdict != OK or after.verdict == OK
 
 
 def describe_edits(edits: Sequence[ConfigEdit]) -> str:

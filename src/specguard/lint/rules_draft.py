@@ -26,7 +26,8 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
         promised = list(r.layout.draft_layers)
         if promised and not _stored_draft_layers(ctx, r):
             n = r.layout.num_hidden_layers
-            yield SG301.finding(f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
+            yield SG301.finding(
+                f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
                 f"num_hidden_layers {n}) but no draft tensor is stored: {_consequence(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
                 "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
@@ -97,7 +98,8 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
             effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
         else:
             effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
-        yield SG303.finding(f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
+        yield SG303.finding(
+            f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
             f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
             f"{describe(names)}",
             tuple(names),
@@ -125,7 +127,8 @@ def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
             continue
         kind = r.layout.draft_kind or "mtp"
         leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
-        yield SG304.finding(f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
+        yield SG304.finding(
+            f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
             f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
             "they would stay uninitialized",
             tuple(absent), _method_fix(ctx, r, kind),

@@ -230,7 +230,8 @@ def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, sourc
     fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
            "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
            "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
-    return SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+    return SG203.finding(
+        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
         fix,
@@ -257,7 +258,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
             return (role_label(rt.role), rt.stored.format, rt.vllm.method)
         return None
 
-    for (role, stored, method), routes, res in _groups(ctx, pick):
+    for (role, stored, method), routes, _res in _groups(ctx, pick):
         if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
             yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
                 f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "

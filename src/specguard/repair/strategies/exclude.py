@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
+from specguard.declared import CT_MATCH, MODELOPT_EXCLUDE, Pattern
 from specguard.declared.edits import Applicability
 from specguard.declared.model import Semantics
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
@@ -51,11 +51,11 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
     if stack in ("fp8", "deepseek_v4_fp8"):
         overlay.add_entries("ignored_layers", _exact(prefixes), why, prefixes, applicability)
     elif stack == "compressed-tensors":
-        overlay.add_entries("ignore", _grouped(resolver, prefixes, COMPRESSED_TENSORS), why, prefixes, applicability)
+        overlay.add_entries("ignore", _grouped(resolver, prefixes, CT_MATCH), why, prefixes, applicability)
     elif stack == "modelopt":
         block, _, _ = overlay.quant_block()
         key = "ignore" if "ignore" in block else "exclude_modules"
-        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT), why, prefixes, applicability)
+        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT_EXCLUDE), why, prefixes, applicability)
     elif stack == "gptq":
         block, _, _ = overlay.quant_block()
         quantized = [rt.prefix for rt in resolver.routes() if rt.stored is not None and rt.stored.quantized]
