@@ -53,7 +53,8 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
     for p in before.keys() | after.keys():
         b, a = before.get(p), after.get(p)
         if p in want:
-            if a is None or a.verdict != OK:
+            promised_only = a is None and b is not None and b.stored is None  # the config no longer promises it
+            if not promised_only and (a is None or a.verdict != OK):
                 return False
         elif not _kept(b, a, exact):
             return False

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
+from specguard.repair.strategies.draft_layers import NO_DRAFTER
 
 
 def _stored_draft_layers(ctx: LintContext, r) -> set[int]:
@@ -30,7 +32,9 @@ def draft_missing(ctx: LintContext) -> Iterator[Finding]:
                 f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
                 f"num_hidden_layers {n}) but no draft tensor is stored: {_consequence(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
-                "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
+                planned(ctx, r, [f"model.layers.{i}" for i in promised],
+                        f"the config then says what is stored; {NO_DRAFTER}")
+                or "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
             )
 
 
