@@ -5,12 +5,15 @@ platform, applied to the checkpoint's config.json, give the config `specguard fi
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from specguard.cli import main
 from specguard.declared.edits import ConfigEdit, apply_all
+from specguard.lint import lint
+from specguard.resolve import OK, Resolver
 
 
 def _lint_edits(capsys: pytest.CaptureFixture[str], paths: list[str], platform: str) -> tuple[list[dict], dict]:
@@ -62,3 +65,45 @@ def test_separate_drafter_edits_name_the_drafter(scenarios, tmp_path: Path,
     main(["lint", str(info.path), "--draft", str(info.drafter_path), "--platform", "cuda"])
     text = capsys.readouterr().out
     assert f"{info.drafter_path.name}/config.json quantization_config.ignore" in text.replace("\n", " ")
+
+
+def _s2_with_projections_built_as_stored(src: Path, dst: Path) -> Path:
+    """S2 (compressed-tensors DeepSeek-V4, BF16 MTP block, dead ``re:.*mtp\\..*``) whose config
+    also names e_proj/h_proj by runtime prefix: those two build BF16 as stored."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.link(f, dst / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"]["ignore"] += ["model.layers.2.e_proj", "model.layers.2.h_proj"]
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_ct_export_with_a_dead_mtp_pattern_is_repaired(scenarios, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24 item 3: modules that build as stored are ``ok`` (the dead pattern is SG101's),
+    and fix repairs the misrouted MTP attention, experts and shared experts."""
+    src = _s2_with_projections_built_as_stored(scenarios["s2"].path, tmp_path / "ct")
+    r = Resolver.open(src)
+    verdicts = {rt.prefix: rt.verdict for rt in r.routes()}
+    assert verdicts["model.layers.2.e_proj"] == verdicts["model.layers.2.h_proj"] == OK
+    assert "model.layers.2.ffn.experts" in {p for p, v in verdicts.items() if v != OK}
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out)]) == 0
+    assert "verified: route" in capsys.readouterr().out
+    assert all(rt.verdict == OK for rt in Resolver.open(out).routes())
+    assert "SG101" not in {f.code for f in lint([Resolver.open(out)]).findings}  # the dead entry is dropped
+
+
+def test_no_drafter_left_is_said(scenarios, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """S7: fix lowers num_nextn_predict_layers to 0 and says to serve without a speculative config."""
+    assert main(["fix", str(scenarios["s7"].path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "note: the model then has no drafter: serve it without --speculative-config" in out
+    assert "ZeroDivisionError" in out
+    main(["lint", str(scenarios["s7"].path), "--format", "json"])
+    sg301 = json.loads(capsys.readouterr().out)["findings"][0]
+    assert sg301["edits"] == [{"file": "config.json", "path": ["num_nextn_predict_layers"], "op": "set",
+                               "value": 0, "index": None}]
+    assert "no drafter" in sg301["fix"]
