@@ -15,6 +15,7 @@ from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
+from specguard.formats.specs import needs
 from specguard.layouts import roles as r
 from specguard.layouts.roles import ModuleKind, Role, role_label
 from specguard.lint.context import LintContext, describe
@@ -22,26 +23,6 @@ from specguard.lint.finding import ERROR, Finding
 from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
 from specguard.resolve import MISROUTED, Resolver, Route, Verdict
-
-# Tensors each engine method reads, by (format, convention): per tensor, the
-# suffixes that satisfy it (vLLM renames DeepSeek-V4's bare `.scale` into the
-# scale slot, so it counts). A (format, convention) not listed is not checked.
-NEEDS: dict[tuple[str, str | None], tuple[tuple[str, ...], ...]] = {
-    (s.NVFP4, s.MODELOPT): (("weight",), ("weight_scale", "scale"), ("weight_scale_2",), ("input_scale",)),
-    (s.NVFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",), ("weight_global_scale",)),
-    (s.MXFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
-    (s.MXFP4, s.GPT_OSS): (("blocks",), ("scales",)),
-    (s.MXFP4, None): (("weight",), ("weight_scale", "scale")),
-    (s.FP8_BLOCK, None): (("weight",), ("weight_scale", "weight_scale_inv", "scale")),
-    (s.INT4_GROUP, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
-}
-
-
-def needs(scheme: Scheme) -> tuple[tuple[str, ...], ...]:
-    hit = NEEDS.get((scheme.format, scheme.convention))
-    if hit is None and scheme.convention not in (s.COMPRESSED_TENSORS, s.GPT_OSS):
-        hit = NEEDS.get((scheme.format, None))
-    return hit or ()
 
 
 class Built(Protocol):

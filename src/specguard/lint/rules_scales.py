@@ -7,9 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from specguard.formats import scheme as s
 from specguard.formats.settle import scale_tensor, sniff_module
-from specguard.formats.sniff import E4M3, E8M0
+from specguard.formats.specs import spec_for
 from specguard.lint.content import ScaleColumn, ScaleSamples
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
@@ -131,7 +130,8 @@ def scale_label(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _claimed(rt: Route) -> str | None:
-    """The scale dtype the engine will read: E4M3 for NVFP4, E8M0 for MXFP4."""
+    """The scale element the engine will read (formats/specs.py: E4M3 for NVFP4, E8M0 for MXFP4/MXFP8)."""
     if rt.vllm is None:
         return None
-    return {s.NVFP4: E4M3, s.MXFP4: E8M0}.get(rt.vllm.scheme.format)
+    spec = spec_for(rt.vllm.scheme)
+    return spec.scale_element if spec is not None else None
