@@ -60,11 +60,16 @@ def test_s1_gets_one_repair_per_platform(scenarios, capsys: pytest.CaptureFixtur
 
 def test_separate_drafter_edits_name_the_drafter(scenarios, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """S4: the drafter's config.json is the one to edit, and lint says so."""
+    """S4 (issue 24 item 4): SG201 keeps declared (file and key), built (class, and whose
+    config.json the switch came from) and stored apart, and the fix names the drafter's file."""
     info = scenarios["s4"]
-    main(["lint", str(info.path), "--draft", str(info.drafter_path), "--platform", "cuda"])
-    text = capsys.readouterr().out
-    assert f"{info.drafter_path.name}/config.json quantization_config.ignore" in text.replace("\n", " ")
+    main(["lint", str(info.path), "--draft", str(info.drafter_path), "--platform", "cuda", "--format", "json"])
+    sg201 = next(f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "SG201")
+    msg = sg201["message"]
+    assert f"declared mxfp4 (deepseek, e8m0, g32) by {info.drafter_path}/config.json expert_dtype=fp4" in msg
+    assert f"moe_quant_algo=NVFP4 and no ModelOpt-style ignore list, read from the target's {info.path}/config.json" \
+        in msg
+    assert f"to {info.drafter_path}/config.json quantization_config.ignore" in sg201["fix"]
 
 
 def _s2_with_projections_built_as_stored(src: Path, dst: Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -93,8 +92,9 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
         routes = [rt for _, rt in pairs]
         targets = [rt.prefix for rt in routes]
         fix = _fix(ctx, res, routes)
+        of = f" of {res.checkpoint.name}" if len(ctx.resolvers) > 1 else ""
         yield SG201.finding(
-            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) of {res.checkpoint.name}: stored "
+            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s){of}: stored "
             f"{first.stored.short()}; declared {first.declared.scheme.short()} by {_declared_by(res, first)}; "
             f"built {method} by {ENGINE} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
             f"{describe(targets)}",
@@ -117,7 +117,7 @@ def _built_because(res: Resolver, rt: Built) -> str:
     why = rt.vllm.reason.split(": ", 1)[-1]
     if res.target is not None and ("moe_quant_algo" in why or "expert_dtype" in why):
         return f"{why}, read from the target's {res.target.checkpoint.name}/{CONFIG_JSON}"
-    return f"{why}, under {res.checkpoint.name}/{CONFIG_JSON}"
+    return why
 
 
 def _class(rt: Built) -> str:
@@ -190,7 +190,7 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
 
     for (role, stored, built, source), routes, res in _groups(ctx, pick):
         if routes[0].vllm.method.startswith("AutoGPTQ"):
-            yield _gptq_over_plain(ctx, role, stored, built, source, routes)
+            yield _gptq_over_plain(ctx, res, role, stored, built, source, routes)
             continue
         yield SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
             f"{describe(rt.prefix for rt in routes)}",
@@ -201,16 +201,16 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
-def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, source: str,
+def _gptq_over_plain(ctx: LintContext, res: Resolver, role: str, stored: str, built: str, source: str,
                      routes: list[Built]) -> Finding:
     """GPTQ layers built over float tensors: no ``weight`` parameter takes them
     (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
     raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
     quantized = [rt.prefix for _, rt in ctx.all_routes() if rt.stored is not None and rt.stored.quantized]
     fixed = gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
-    fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
-           "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
-           "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
+    fix = planned(ctx, res, [rt.prefix for rt in routes], "the first-matching '-:' rules build them unquantized") or (
+        "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
+        "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
     return SG203.finding(
         f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
