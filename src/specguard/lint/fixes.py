@@ -69,10 +69,6 @@ def _kept(before: Route | None, after: Route | None, exact: bool) -> bool:
     return before.verdict != OK or after.verdict == OK
 
 
-def describe_edits(edits: Sequence[ConfigEdit]) -> str:
-    return "; ".join(str(e) for e in edits)
-
-
 def quant_files(ctx: LintContext, r: Resolver) -> QuantFiles | None:
     """Route ``r`` as if config.json had no quantization_config, so that vLLM would read
     hf_quant_config.json (model_loader/weight_utils.py ``get_quant_config`` reads the
