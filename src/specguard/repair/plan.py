@@ -193,7 +193,7 @@ class Overlay:
     def rename_unmapped_experts(self, resolver: Resolver) -> None:
         """Routed-expert tensors named ``experts.{proj}.{e}`` (SG702): rewritten under
         ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
-        from specguard.engines.vllm.loader import MAPPED, expert_load, renamed
+        from specguard.engines.vllm.loader import MAPPED, expert_load, expert_module_mapped, renamed
         from specguard.layouts import roles as r
 
         found: dict[str, str] = {}
@@ -205,6 +205,8 @@ class Overlay:
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
+                if expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
+                    continue
                 for param in mod.params:
                     got = expert_load(f"{below}.{param}")
                     new = renamed(f"{below}.{param}")
