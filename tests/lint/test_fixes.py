@@ -89,5 +89,9 @@ def test_fix_on_cpu_is_not_a_config_change(scenarios):
 
 
 def test_fix_never_proposes_what_is_present(checkpoints, tmp_path):  # noqa: F811
+    """Every edit changes the config (its 123 exclude_modules entries are not proposed again)."""
     r = Resolver.open(checkpoints["deepseek-r1-nvfp4"])
-    assert all(not f.edits for f in lint([r]).findings)
+    cfg, hf = r.checkpoint.config, r.checkpoint.hf_quant_config
+    edits = [e for f in lint([r]).findings for e in f.edits]
+    assert all(apply_all([e], cfg, hf) != (dict(cfg or {}), dict(hf) if hf else None) for e in edits)
+    assert not any(e.path[-1] in ("exclude_modules", "ignore") for e in edits)
