@@ -17,17 +17,21 @@ the eager torch back end (itself bit-identical to numpy: tests/codecs).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 from specguard import codecs
-from specguard.codecs.cases import CASES as SHARED
-from specguard.codecs.cases import decode_options as dequant_opts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the codec table the tests share
+from tests.codecs.cases import TABLE as SHARED
+from tests.codecs.cases import decode_options as dequant_opts
 
 # (label, format, convention, quantize options, experts): the benchmarked rows of the
-# table the codec tests use (specguard/codecs/cases.py); experts > 1 stacks the weight.
+# table the codec tests use (tests/codecs/cases.py); experts > 1 stacks the weight.
 CASES = [(c.label, c.format, c.convention, dict(c.options), c.experts) for c in SHARED if c.experts]
 
 

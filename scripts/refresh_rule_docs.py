@@ -36,7 +36,7 @@ def unwrap(transcript: str, name: str) -> list[str]:
     """Lint's lines as it writes them: piped, rich wraps at 200 columns; a wrapped
     piece (a line that starts no finding, fix or summary) is joined back with the
     space rich broke it at. Whitespace only: the test compares whitespace-normalized."""
-    start = re.compile(rf"^(SG\d{{3}} (error|warning|info): |  fix: |{re.escape(name)}: )")
+    start = re.compile(rf"^(SG\d{{3}} (error|warning|info): |  fix( \([^)]*\))?: |{re.escape(name)}: )")
     lines: list[str] = []
     for line in transcript.rstrip("\n").splitlines():
         if lines and not start.match(line):

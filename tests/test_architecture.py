@@ -22,11 +22,12 @@ LEVELS = {
     "declared": 4, "factory": 4,
     "engines": 5,
     "resolve": 6,
-    "lint": 7, "repair": 7,
-    "engine": 8, "integrations": 8,
-    "commands": 9,
-    "cli": 10,
-    "__init__": 11,  # the public API re-exports every stage
+    "repair": 7,
+    "lint": 8,  # a finding's fix is what the repair planner plans (lint/fixes.py)
+    "engine": 9, "integrations": 9,
+    "commands": 10,
+    "cli": 11,
+    "__init__": 12,  # the public API re-exports every stage
 }
 
 

@@ -101,7 +101,7 @@ def test_piped_lint_is_one_line_per_finding_whatever_columns_says(s1: str) -> No
     for i, line in enumerate(lines):
         assert line == line.rstrip(), "no padding"
         if i:
-            assert re.match(r"(SG\d{3} |  fix: |.*: \d+ errors?)", line), line
+            assert re.match(r"(SG\d{3} |  fix( \([^)]*\))?: |.*: \d+ errors?)", line), line
     assert any(len(line) > 200 for line in findings)  # not hard-wrapped at 200 either
 
 

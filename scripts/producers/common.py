@@ -95,8 +95,8 @@ def arch_modules(arch: dict[str, Any] = TINY, fused_experts: bool = False) -> di
     save, which reverses its weight conversion) write them back per expert.
     ``fused_experts``: the writer keeps transformers 5's fused
     ``Qwen3MoeExperts``: bare 3-D ``mlp.experts.gate_up_proj`` /
-    ``mlp.experts.down_proj`` tensors, not nn.Linear), each tensor a module of
-    its own as gpt-oss's ``mlp.experts.gate_up_proj_blocks`` stem is.
+    ``mlp.experts.down_proj`` tensors, not nn.Linear): one module, ``mlp.experts``,
+    whose parameters they are (the runtime prefix vLLM builds one layer for).
     """
     mods = {"model.embed_tokens": "Embedding", "model.norm": "RMSNorm", "lm_head": "Linear"}
     for i in range(arch["num_hidden_layers"]):
@@ -113,8 +113,7 @@ def arch_modules(arch: dict[str, Any] = TINY, fused_experts: bool = False) -> di
             continue
         mods[f"{p}.mlp.gate"] = "Router"  # Qwen3MoeTopKRouter: a bare weight, not nn.Linear
         if fused_experts:
-            mods[f"{p}.mlp.experts.gate_up_proj"] = "FusedExperts"
-            mods[f"{p}.mlp.experts.down_proj"] = "FusedExperts"
+            mods[f"{p}.mlp.experts"] = "FusedExperts"
             continue
         for e in range(arch["num_experts"]):
             for n in ("gate_proj", "up_proj", "down_proj"):

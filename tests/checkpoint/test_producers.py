@@ -49,6 +49,8 @@ def _module_of(key: str) -> str:
     stem, _, suffix = key.rpartition(".")
     if suffix in PARAM_SUFFIXES or suffix.startswith("_weight_"):  # torchao: <module>._weight_qdata
         return stem
+    if stem.endswith(".experts") and suffix in ("gate_up_proj", "down_proj"):
+        return stem  # transformers 5 fused experts: parameters of the ``experts`` module
     return key
 
 

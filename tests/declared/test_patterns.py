@@ -20,11 +20,11 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_s
 from vllm.model_executor.models.utils import WeightsMapper
 
 from specguard.declared import (
-    COMPRESSED_TENSORS,
+    CT_MATCH,
     FNMATCHCASE,
     GPTQ_DYNAMIC,
-    MODELOPT,
-    TRANSFORMERS,
+    MODELOPT_EXCLUDE,
+    TRANSFORMERS_MATCH,
     VLLM_EXACT,
     VLLM_SUBSTRING,
     VLLM_SUFFIX,
@@ -56,32 +56,32 @@ def test_mtp_star_in_ignored_layers_matches_no_runtime_prefix():
 
 
 def test_mtp_star_as_modelopt_exclude_matches_checkpoint_names_only():
-    mtp_star = Pattern("mtp.*", MODELOPT, "hf_quant_config.json:quantization.exclude_modules[0]")
+    mtp_star = Pattern("mtp.*", MODELOPT_EXCLUDE, "hf_quant_config.json:quantization.exclude_modules[0]")
     assert mtp_star.matching(S1_CHECKPOINT) == S1_CHECKPOINT
     assert mtp_star.matching(_runtime(S1_CHECKPOINT)) == []
 
 
 def test_ct_regex_matches_checkpoint_names_only():
     """Seed 002 / S2: ``re:.*mtp\\..*`` is prefix-anchored ``re.match``."""
-    pattern = Pattern(r"re:.*mtp\..*", COMPRESSED_TENSORS, "quantization_config.ignore[0]")
+    pattern = Pattern(r"re:.*mtp\..*", CT_MATCH, "quantization_config.ignore[0]")
     assert pattern.matching(S1_CHECKPOINT) == S1_CHECKPOINT
     assert pattern.matching(_runtime(S1_CHECKPOINT)) == []
     assert all(ct_match.match_name(n, pattern.text) for n in S1_CHECKPOINT)
 
 
 def test_ct_regex_is_anchored_at_the_start_not_a_full_match():
-    assert Pattern("re:model.layers.43", COMPRESSED_TENSORS, "k").matches("model.layers.43.ffn.experts")
-    assert Pattern("re:model.layers.43", COMPRESSED_TENSORS, "k").matches("model.layers.430")
-    assert not Pattern("re:layers.43", COMPRESSED_TENSORS, "k").matches("model.layers.43")
-    assert not Pattern("model.layers.43", COMPRESSED_TENSORS, "k").matches("model.layers.43.ffn")
+    assert Pattern("re:model.layers.43", CT_MATCH, "k").matches("model.layers.43.ffn.experts")
+    assert Pattern("re:model.layers.43", CT_MATCH, "k").matches("model.layers.430")
+    assert not Pattern("re:layers.43", CT_MATCH, "k").matches("model.layers.43")
+    assert not Pattern("model.layers.43", CT_MATCH, "k").matches("model.layers.43.ffn")
 
 
 def test_ct_class_targets_match_kinds_not_names():
-    linear = Pattern("Linear", COMPRESSED_TENSORS, "k")
+    linear = Pattern("Linear", CT_MATCH, "k")
     assert linear.is_class_target and not linear.matches("model.layers.0.self_attn.q_proj")
     assert linear.matches_kind("linear") and linear.matches_kind("routed_experts") and linear.matches_kind("head")
     assert not linear.matches_kind("embedding")
-    assert not Pattern("lm_head", COMPRESSED_TENSORS, "k").is_class_target
+    assert not Pattern("lm_head", CT_MATCH, "k").is_class_target
 
 
 def test_vllm_exact_expert_special_case():
@@ -101,7 +101,7 @@ def test_vllm_substring_and_suffix_modes():
 def test_modelopt_rewrite_of_trailing_star():
     assert p.modelopt_rewrite(["mtp*", "mtp.*", "*", "lm_head"]) == ["mtp", "mtp.*", "mtp.*", "*", "lm_head"]
     # Legacy substring: "lm_head" also excludes "model.layers.43.lm_head".
-    assert Pattern("lm_head", MODELOPT, "k").matches("model.layers.43.lm_head")
+    assert Pattern("lm_head", MODELOPT_EXCLUDE, "k").matches("model.layers.43.lm_head")
 
 
 def test_v41_ignore_is_case_sensitive_fnmatch():
@@ -111,27 +111,27 @@ def test_v41_ignore_is_case_sensitive_fnmatch():
 
 
 def test_transformers_modules_to_not_convert():
-    assert Pattern("lm_head", TRANSFORMERS, "k").matches("lm_head")
-    assert Pattern("model.layers.1", TRANSFORMERS, "k").matches("model.layers.1.mlp.experts")
-    assert Pattern("mlp", TRANSFORMERS, "k").matches("block.mlp")  # endswith
-    assert not Pattern("mlp", TRANSFORMERS, "k").matches("model.layers.1.mlp.experts")
+    assert Pattern("lm_head", TRANSFORMERS_MATCH, "k").matches("lm_head")
+    assert Pattern("model.layers.1", TRANSFORMERS_MATCH, "k").matches("model.layers.1.mlp.experts")
+    assert Pattern("mlp", TRANSFORMERS_MATCH, "k").matches("block.mlp")  # endswith
+    assert not Pattern("mlp", TRANSFORMERS_MATCH, "k").matches("model.layers.1.mlp.experts")
 
 
 def test_bad_regex_matches_nothing_instead_of_raising():
-    assert not Pattern("re:(", COMPRESSED_TENSORS, "k").matches("model.layers.0")
+    assert not Pattern("re:(", CT_MATCH, "k").matches("model.layers.0")
 
 
 def test_propose_rewrites_checkpoint_patterns_for_runtime_prefixes():
     runtime = _runtime(S1_CHECKPOINT)
-    assert Pattern("mtp.*", MODELOPT, "k").propose(runtime) == ["model.layers.43.*"]
+    assert Pattern("mtp.*", MODELOPT_EXCLUDE, "k").propose(runtime) == ["model.layers.43.*"]
     assert Pattern("mtp.*", FNMATCHCASE, "k").propose(runtime) == ["model.layers.43.*"]
-    ct = Pattern(r"re:.*mtp\..*", COMPRESSED_TENSORS, "k").propose(runtime)
+    ct = Pattern(r"re:.*mtp\..*", CT_MATCH, "k").propose(runtime)
     assert ct == [r"re:model\.layers\.43\."]
     exact = Pattern("mtp.*", VLLM_EXACT, "k").propose(runtime)
     assert exact == runtime  # exact mode has no wildcard: one entry per prefix
     assert all(is_layer_skipped(x, exact, V4_PACKED) for x in runtime)
     dspark = _runtime(S1_CHECKPOINT, "dspark")
-    assert Pattern("mtp.*", MODELOPT, "k").propose(dspark) == ["layers.43.*", "model.layers.43.*"]
+    assert Pattern("mtp.*", MODELOPT_EXCLUDE, "k").propose(dspark) == ["layers.43.*", "model.layers.43.*"]
     assert Pattern("x", GPTQ_DYNAMIC, "k").propose(["model.main_proj"]) == [r"-:model\.main_proj$"]
 
 
@@ -238,13 +238,13 @@ def test_modelopt_exclusion_equals_vllm(case, packed):
     want = _both(ModelOptQuantConfigBase.is_layer_excluded, config, name)
     assert _both(p.modelopt_is_excluded, name, p.modelopt_rewrite(excludes), packed) == want
     if not packed and want != "raises":
-        assert any(Pattern(t, MODELOPT, "k").matches(name) for t in excludes) == want
+        assert any(Pattern(t, MODELOPT_EXCLUDE, "k").matches(name) for t in excludes) == want
 
 
 @FAST
 @given(name=names(), target=st.one_of(plain_patterns(), regex_patterns()))
 def test_compressed_tensors_match_equals_library_and_vllm(name, target):
-    ours = Pattern(target, COMPRESSED_TENSORS, "k").matches(name)
+    ours = Pattern(target, CT_MATCH, "k").matches(name)
     assert ours == ct_match.match_name(name, target)
     assert ours == is_equal_or_regex_match(name, target)
 
@@ -253,7 +253,7 @@ def test_compressed_tensors_match_equals_library_and_vllm(name, target):
 @given(name=names(), ignore=st.lists(st.one_of(plain_patterns(), regex_patterns()), max_size=4))
 def test_compressed_tensors_ignore_list_equals_vllm_should_ignore_layer(name, ignore):
     want = should_ignore_layer(name, ignore=ignore)
-    assert any(Pattern(t, COMPRESSED_TENSORS, "k").matches(name) for t in ignore) == want
+    assert any(Pattern(t, CT_MATCH, "k").matches(name) for t in ignore) == want
 
 
 @FAST
@@ -262,7 +262,7 @@ def test_compressed_tensors_ignore_list_equals_vllm_should_ignore_layer(name, ig
 def test_transformers_modules_to_not_convert_equals_library(name, keys):
     keys = [k for k in keys if p._compiled(k) is not None and p._compiled(k + "\\.") is not None]
     want = not should_convert_module(name, keys)
-    assert any(Pattern(k, TRANSFORMERS, "k").matches(name) for k in keys) == want
+    assert any(Pattern(k, TRANSFORMERS_MATCH, "k").matches(name) for k in keys) == want
 
 
 @FAST

@@ -28,7 +28,7 @@ from specguard.checkpoint.header import read_header
 from specguard.checkpoint.writer import save_file, save_index
 from specguard.cli import main
 from specguard.formats import scheme as s
-from specguard.lint import RULES
+from specguard.lint import RULES, lint
 from specguard.lint.registry import docs_dir, rule_doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -323,3 +323,17 @@ def test_every_page_shows_its_rule_firing():
 def test_page_output_is_what_lint_prints(code, name, select, expected, example):
     got = lint_transcript(example(name), name, select)
     assert " ".join(got.split()) == " ".join(expected.split()), "run scripts/refresh_rule_docs.py"
+
+
+def test_messages_use_only_terms_the_rule_page_explains(scenarios):
+    """Issue 24 item 4: a matching rule's name printed in a finding (``(vllm-exact)``) is
+    explained by that rule's page (`specguard rule CODE`)."""
+    from specguard.declared.model import SEMANTICS
+    from tests.conftest import resolvers_for
+
+    unexplained = set()
+    for info in scenarios.values():
+        for f in lint(resolvers_for(info)).findings:
+            doc = rule_doc(f.code) or ""
+            unexplained |= {(f.code, t) for t in SEMANTICS if f"({t})" in f.message and f"`{t}`" not in doc}
+    assert not unexplained

@@ -162,8 +162,8 @@ def test_output_names_the_change_and_the_added_size(scenarios, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert fix(scenarios["s1"].path, tmp_path / "o") == 0
     out = capsys.readouterr().out
-    assert "config.json ignored_layers + 'model.layers.2.ffn.experts'" in out
-    assert "config.json ignored_layers - 'mtp.*'" in out
+    assert 'add "model.layers.2.ffn.experts" to config.json quantization_config.ignored_layers' in out
+    assert 'remove "mtp.*" from config.json quantization_config.ignored_layers' in out
     assert "re-encode 12 module(s) to bf16 (exact): mtp 0 · ffn.experts 0-3 · w1,w2,w3" in out
     assert "adds 577.4 KB" in out and "verified: route 44/44 ok on cuda, rocm, cpu; lint: no error" in out
 

@@ -52,7 +52,7 @@ from specguard.codecs.elements import (
     pack_fp4,
     unpack_fp4,
 )
-from specguard.codecs.layouts import LAYOUTS, PackLayout, conventions, layout
+from specguard.codecs.packing import LAYOUTS, PackLayout, conventions, layout
 
 __all__ = [
     "E2M1_MAX", "E2M1_VALUES", "E4M3_MAX", "E8M0_BIAS", "E8M0_NAN", "LAYOUTS", "MX_RULES",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from specguard.codecs import _numpy_kernels as K
-from specguard.codecs import layouts as L
+from specguard.codecs import packing as L
 from specguard.codecs._tables import (
     E2M1_MAX,
     E2M1_THRESHOLDS,

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from specguard.codecs import _core
-from specguard.codecs.layouts import layout
+from specguard.codecs.packing import layout
 
 if TYPE_CHECKING:
     import torch

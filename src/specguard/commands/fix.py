@@ -14,6 +14,7 @@ from specguard.lint.finding import ERROR
 from specguard.repair import make_plan, platforms_for
 from specguard.repair.diff import config_diff, hf_overrides
 from specguard.repair.plan import Plan, describe, merged, open_resolvers
+from specguard.repair.strategies.draft_layers import NO_DRAFTER
 from specguard.repair.verify import RepairFailed, verify
 from specguard.repair.write import Written, write_repair
 from specguard.resolve import Resolver
@@ -69,6 +70,8 @@ def run_fix(args: argparse.Namespace) -> int:
     if any(ov.reencode for ov in plan.overlays) and set(platforms) - {"cpu"}:
         print("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
               "repairs with config alone")
+    if any(NO_DRAFTER in c.why for ov in plan.overlays for c in ov.changes):
+        print(f"note: {NO_DRAFTER}")
     if len(results) > 1:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
@@ -103,8 +106,7 @@ def _print_changes(plan: Plan) -> None:
     for ov in plan.overlays:
         who = f"{ov.role}: " if len(plan.overlays) > 1 else ""
         for c in merged(ov.changes):
-            values = ", ".join(repr(v) for v in c.values)
-            print(f"  {who}{c.file} {c.key} {c.op} {values}  ({c.why})")
+            print(f"  {who}{c}  ({c.why})")
         if ov.reencode:
             fmts = sorted(set(ov.reencode.values()))
             print(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "

@@ -15,12 +15,14 @@ from specguard.checkpoint.source import Checkpoint
 from specguard.commands.output import human_bytes, write_json
 from specguard.commands.sources import module_roles, open_source
 from specguard.declared import ConfigError, parse_declared
+from specguard.errors import SpecguardError
 from specguard.formats.scheme import Scheme
 from specguard.formats.settle import stored_scheme
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
 from specguard.layouts.runs import group_runs
+from specguard.resolve import Resolver
 from specguard.terminal import console, escape, print_table
 
 
@@ -49,7 +51,26 @@ def stored_schemes(table: ModuleTable) -> dict[str, Scheme]:
         stack: str | None = parse_declared(dict(ckpt.config or {}), hf).stack
     except ConfigError:  # inspect reads headers; a bad claim is route's and lint's to report
         stack = None
-    return {m.name: stored_scheme(ckpt, m, stack) for m in table}
+    return _as_route_settles(table, {m.name: stored_scheme(ckpt, m, stack) for m in table})
+
+
+def _as_route_settles(table: ModuleTable, stored: dict[str, Scheme]) -> dict[str, Scheme]:
+    """A header that fits several schemes (a 128x128 FP8 weight with a [1, 1] scale: one
+    tensor scale, or one 128x128 block) is shown as route settles it: the reading the config
+    claims, else the one the engine builds (resolve.py ``_make_route``)."""
+    several = [name for name, sc in stored.items() if sc.readings]
+    if not several:
+        return stored
+    try:
+        routes = Resolver(table.checkpoint, table=table).routes()
+    except (SpecguardError, ValueError):  # no config to route by: the header's first reading
+        return stored
+    settled = {n: rt.stored for rt in routes if rt.stored is not None for n in rt.checkpoint_names}
+    for name in several:
+        by_route = settled.get(name)
+        if by_route is not None and stored[name].fits(by_route.format):
+            stored[name] = stored[name].reading(by_route.format)
+    return stored
 
 
 def render_tensors(table: ModuleTable, out: Console, stored: Mapping[str, Scheme] | None = None) -> None:

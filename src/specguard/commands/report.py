@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from specguard._version import __version__
 from specguard.commands.route import resolvers as open_resolvers

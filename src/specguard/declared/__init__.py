@@ -15,16 +15,16 @@ from typing import Any
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared, parse_compressed_tensors
 from specguard.declared.fp8 import Fp8Declared, parse_fp8
 from specguard.declared.model import (
-    COMPRESSED_TENSORS,
+    CT_MATCH,
     FNMATCHCASE,
     GPTQ_DYNAMIC,
     GPTQ_IN_BLOCK,
-    MODELOPT,
+    MODELOPT_EXCLUDE,
     NATIVE,
     QUANTIZED,
     SEMANTICS,
     TARGET,
-    TRANSFORMERS,
+    TRANSFORMERS_MATCH,
     UNQUANTIZED,
     VLLM_EXACT,
     VLLM_SUBSTRING,
@@ -116,8 +116,8 @@ def _with(declared: Declared, plain: Scheme, notes: list[str]) -> Declared:
 
 
 __all__ = [
-    "COMPRESSED_TENSORS", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT", "NATIVE",
-    "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
+    "CT_MATCH", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT_EXCLUDE", "NATIVE",
+    "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS_MATCH", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
     "VLLM_SUFFIX", "CompressedTensorsDeclared", "ConfigError", "Declared", "DeclaredScheme", "Fp8Declared",
     "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "QuarkDeclared",
     "TorchAODeclared", "UnknownDeclared",

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from specguard.declared.model import (
-    COMPRESSED_TENSORS,
+    CT_MATCH,
     TARGET,
     UNQUANTIZED,
     Declared,
@@ -91,7 +91,7 @@ class CompressedTensorsDeclared(Declared):
 def parse_compressed_tensors(qc: dict, *, origin: str) -> CompressedTensorsDeclared:
     key = "quantization_config"
     fmt = qc.get("format")
-    patterns = [Pattern(t, COMPRESSED_TENSORS, f"{key}.ignore[{i}]")
+    patterns = [Pattern(t, CT_MATCH, f"{key}.ignore[{i}]")
                 for i, t in enumerate(qc.get("ignore") or ()) if isinstance(t, str)]
     schemes: dict[str, Scheme] = {}
     notes: list[str] = []
@@ -100,7 +100,7 @@ def parse_compressed_tensors(qc: dict, *, origin: str) -> CompressedTensorsDecla
             notes.append(f"config group {gname!r} is not an object")
             continue
         schemes[gname] = weights_scheme(group.get("weights"), group.get("format") or fmt)
-        patterns += [Pattern(t, COMPRESSED_TENSORS, f"{key}.config_groups.{gname}.targets[{i}]", TARGET, gname)
+        patterns += [Pattern(t, CT_MATCH, f"{key}.config_groups.{gname}.targets[{i}]", TARGET, gname)
                      for i, t in enumerate(group.get("targets") or ()) if isinstance(t, str)]
     if not schemes:
         notes.append("compressed-tensors config without config_groups: nothing is declared quantized")

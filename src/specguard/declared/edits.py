@@ -1,6 +1,8 @@
-"""A change to a checkpoint's config files, as a fix proposes it: data, applied to
-copies of the config dicts (never to files), so a fix can be re-routed before it
-is printed.
+"""A fix as data: the edits of a checkpoint's config files it makes, the modules it
+re-encodes, and its applicability (in the manner of ruff's ``Applicability``).
+Edits apply to copies of the config dicts (never to files), so a fix can be
+re-routed before it is printed; lint prints them and ``specguard fix`` writes
+exactly them (repair/plan.py plans both).
 
     edit = ConfigEdit("config.json", ("quantization_config", "ignore"), "extend", ["mtp.*"])
     config, hf_quant = edit.apply(config, hf_quant)
@@ -15,15 +17,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specguard.vocabulary import Vocabulary
+
 CONFIG_JSON = "config.json"
 HF_QUANT_JSON = "hf_quant_config.json"
-OPS = ("set", "extend", "remove", "splice")  # splice: replace the item at ``index`` by ``value`` (a list)
+# splice: replace the item at ``index`` by ``value`` (a list); discard: drop the items of ``value``
+# wherever they are (the key goes when its list is left empty)
+OPS = ("set", "extend", "remove", "splice", "discard")
 _KEY = re.compile(r"^(?P<path>[\w.]+?)\[(?P<index>\d+)\]$")
 
 
 @dataclass(frozen=True)
 class ConfigEdit:
-    """Set a key, extend a list, remove a list item, or splice items into a list."""
+    """Set a key, extend a list, remove a list item (by index or by value), or splice items into a list."""
 
     file: str  # CONFIG_JSON or HF_QUANT_JSON
     path: tuple[str, ...]  # keys from the file's top down to the value
@@ -52,6 +58,13 @@ class ConfigEdit:
             parent[leaf] = copy.deepcopy(self.value)
             return cfg, hf
         items = list(parent.get(leaf) or [])
+        if self.op == "discard":
+            kept = [v for v in items if v not in self.value]
+            if kept:
+                parent[leaf] = kept
+            else:
+                parent.pop(leaf, None)
+            return cfg, hf
         if self.op == "extend":
             items += [v for v in self.value if v not in items]
         else:
@@ -72,6 +85,8 @@ class ConfigEdit:
             return f"add {', '.join(json.dumps(v) for v in self.value)} to {where}"
         if self.op == "remove":
             return f"remove {where}[{self.index}]"
+        if self.op == "discard":
+            return f"remove {', '.join(json.dumps(v) for v in self.value)} from {where}"
         return f"replace {where}[{self.index}] by {', '.join(json.dumps(v) for v in self.value)}"
 
     def as_dict(self) -> dict:
@@ -97,3 +112,33 @@ def apply_all(edits: Iterable[ConfigEdit], config: Mapping | None,
     for e in edits:
         cfg, hf = e.apply(cfg, hf)
     return cfg, hf
+
+
+class Applicability(Vocabulary):
+    """What applying a fix takes (ruff's ``Applicability``, with a re-encode step)."""
+
+    SAFE = "safe"  # config edits that route the modules as stored on every platform
+    PLATFORM = "platform-specific"  # config edits right only on ``Fix.platforms``
+    REENCODE = "needs-reencode"  # also rewrites tensors (exact): `specguard fix --out` writes them
+    DISPLAY = "display-only"  # advice: nothing specguard can apply
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A finding's fix: what to do (``message``), the config edits and re-encodes that
+    do it, and where it applies."""
+
+    message: str
+    edits: tuple[ConfigEdit, ...] = ()
+    applicability: Applicability = Applicability.DISPLAY
+    platforms: tuple[str, ...] = ()  # PLATFORM: the platform classes it is right on
+    reencode: tuple[str, ...] = ()  # checkpoint modules rewritten (REENCODE)
+    targets: tuple[str, ...] = ()  # runtime prefixes it makes route as stored
+
+    def __str__(self) -> str:
+        return self.message
+
+    def as_dict(self) -> dict:
+        return {"applicability": self.applicability, "platforms": list(self.platforms),
+                "edits": [e.as_dict() for e in self.edits], "reencode": list(self.reencode),
+                "targets": list(self.targets)}

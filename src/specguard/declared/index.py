@@ -86,14 +86,14 @@ class NameIndex:
             return self._substring(t, want_all)
         if sem == m.VLLM_SUFFIX:
             return ({t} & self._set) | self._regex(f"[^\n]*{re.escape('.' + t)}", want_all)
-        if sem in (m.MODELOPT, m.FNMATCHCASE):
-            entries = p.modelopt_rewrite((t,)) if sem == m.MODELOPT else [t]
+        if sem in (m.MODELOPT_EXCLUDE, m.FNMATCHCASE):
+            entries = p.modelopt_rewrite((t,)) if sem == m.MODELOPT_EXCLUDE else [t]
             out: set[str] = set()
             for e in entries:
                 glob = _glob_regex(e)
                 if glob is None:
                     return None
-                if sem == m.MODELOPT:  # exact, legacy substring, fnmatch (is_layer_excluded)
+                if sem == m.MODELOPT_EXCLUDE:  # exact, legacy substring, fnmatch (is_layer_excluded)
                     out |= self._substring(e, want_all) | self._experts_rule(e)
                 if any(c in e for c in "*?"):
                     out |= self._regex(glob, want_all)
@@ -102,7 +102,7 @@ class NameIndex:
                 if out and not want_all:
                     return out
             return out
-        if sem == m.COMPRESSED_TENSORS and not t.startswith("re:"):
+        if sem == m.CT_MATCH and not t.startswith("re:"):
             return {t} & self._set
         return None  # user regexes: the fallback
 

@@ -21,10 +21,10 @@ class Semantics(Vocabulary):
     VLLM_EXACT = "vllm-exact"  # is_layer_skipped(match_mode="exact")
     VLLM_SUBSTRING = "vllm-substring"
     VLLM_SUFFIX = "vllm-suffix"
-    MODELOPT = "modelopt-exclude"  # exact + legacy substring + fnmatch, after the x* rewrite
+    MODELOPT_EXCLUDE = "modelopt-exclude"  # exact + legacy substring + fnmatch, after the x* rewrite
     FNMATCHCASE = "fnmatchcase"  # DeepSeek-V4.1 quant config's ModelOpt-style ``ignore``
-    COMPRESSED_TENSORS = "compressed-tensors"  # exact, or re: + re.match; class names
-    TRANSFORMERS = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
+    CT_MATCH = "compressed-tensors"  # exact, or re: + re.match; class names
+    TRANSFORMERS_MATCH = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
     GPTQ_DYNAMIC = "gptq-dynamic"  # -:/+: + re.match
     GPTQ_IN_BLOCK = "gptq-in-block"  # substring
 
@@ -40,8 +40,10 @@ class Effect(Vocabulary):
 
 # The members under the short names the parsers use.
 VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX = Semantics.VLLM_EXACT, Semantics.VLLM_SUBSTRING, Semantics.VLLM_SUFFIX
-MODELOPT, FNMATCHCASE, COMPRESSED_TENSORS = Semantics.MODELOPT, Semantics.FNMATCHCASE, Semantics.COMPRESSED_TENSORS
-TRANSFORMERS, GPTQ_DYNAMIC, GPTQ_IN_BLOCK = Semantics.TRANSFORMERS, Semantics.GPTQ_DYNAMIC, Semantics.GPTQ_IN_BLOCK
+# (named apart from the formats' Convention members: a matching rule is not an on-disk convention)
+MODELOPT_EXCLUDE, FNMATCHCASE, CT_MATCH = Semantics.MODELOPT_EXCLUDE, Semantics.FNMATCHCASE, Semantics.CT_MATCH
+TRANSFORMERS_MATCH, GPTQ_DYNAMIC = Semantics.TRANSFORMERS_MATCH, Semantics.GPTQ_DYNAMIC
+GPTQ_IN_BLOCK = Semantics.GPTQ_IN_BLOCK
 SEMANTICS = tuple(Semantics)
 UNQUANTIZED, NATIVE, TARGET, QUANTIZED = Effect.UNQUANTIZED, Effect.NATIVE, Effect.TARGET, Effect.QUANTIZED
 
@@ -80,13 +82,13 @@ class Pattern:
             return t in name
         if sem == VLLM_SUFFIX:
             return name == t or name.endswith(f".{t}")
-        if sem == MODELOPT:
+        if sem == MODELOPT_EXCLUDE:
             return self._modelopt_matches(name)
         if sem == FNMATCHCASE:
             return fnmatchcase(name, t)
-        if sem == COMPRESSED_TENSORS:
+        if sem == CT_MATCH:
             return p.ct_match_name(name, t)
-        if sem == TRANSFORMERS:
+        if sem == TRANSFORMERS_MATCH:
             return p.transformers_not_converted(name, t)
         if sem == GPTQ_DYNAMIC:
             return p.gptq_dynamic_rule(name, t)
@@ -117,17 +119,17 @@ class Pattern:
         exact mode, after ModelOpt's ``x*`` rewrite; compressed-tensors'
         ``is_equal_or_regex_match``), never with wildcards or substrings."""
         t, sem = self.text, self.semantics
-        if sem in (VLLM_EXACT, MODELOPT):
-            entries = self.modelopt_entries[0] if sem == MODELOPT else (t,)
+        if sem in (VLLM_EXACT, MODELOPT_EXCLUDE):
+            entries = self.modelopt_entries[0] if sem == MODELOPT_EXCLUDE else (t,)
             return name in entries
-        if sem == COMPRESSED_TENSORS:
+        if sem == CT_MATCH:
             return p.ct_match_name(name, t)
         return False
 
     @property
     def is_class_target(self) -> bool:
         """A compressed-tensors class name (``Linear``) rather than a module name."""
-        return self.semantics == COMPRESSED_TENSORS and not self.text.startswith("re:") and (
+        return self.semantics == CT_MATCH and not self.text.startswith("re:") and (
             self.text[:1].isupper() and "." not in self.text
         )
 
@@ -169,13 +171,13 @@ class Pattern:
     def _render(self, parent: str, members: list[str]) -> list[str]:
         sem, esc = self.semantics, re.escape(parent)
         if members == [parent]:
-            exact = {COMPRESSED_TENSORS: parent, TRANSFORMERS: f"{esc}$", GPTQ_DYNAMIC: f"-:{esc}$"}
+            exact = {CT_MATCH: parent, TRANSFORMERS_MATCH: f"{esc}$", GPTQ_DYNAMIC: f"-:{esc}$"}
             return [exact.get(sem, parent)]
-        if sem in (MODELOPT, FNMATCHCASE):
+        if sem in (MODELOPT_EXCLUDE, FNMATCHCASE):
             return [f"{parent}.*"]
-        if sem == COMPRESSED_TENSORS:
+        if sem == CT_MATCH:
             return [f"re:{esc}\\."]
-        if sem == TRANSFORMERS:
+        if sem == TRANSFORMERS_MATCH:
             return [f"{esc}\\."]
         if sem == GPTQ_DYNAMIC:
             return [f"-:{esc}\\."]

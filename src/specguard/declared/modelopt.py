@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from fnmatch import translate
 from functools import cached_property
 
-from specguard.declared.model import MODELOPT, QUANTIZED, UNQUANTIZED, VLLM_EXACT, Declared, DeclaredScheme, Pattern
+from specguard.declared.model import (
+    MODELOPT_EXCLUDE,
+    QUANTIZED,
+    UNQUANTIZED,
+    VLLM_EXACT,
+    Declared,
+    DeclaredScheme,
+    Pattern,
+)
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
@@ -64,7 +72,7 @@ class ModelOptDeclared(Declared):
         entry as a substring or a glob (``fnmatch``, POSIX: case-sensitive) over the whole
         name, and the entries naming ``experts`` for the reverse-substring rule."""
         excludes = [x for x in self.patterns if x.effect == UNQUANTIZED]
-        if any(x.semantics != MODELOPT for x in excludes):
+        if any(x.semantics != MODELOPT_EXCLUDE for x in excludes):
             return None
         entries = [e for x in excludes for e in x.modelopt_entries[0]]
         globs = [g for x in excludes for g in x.modelopt_entries[1]]
@@ -128,7 +136,8 @@ def parse_modelopt(cfg: dict, *, origin: str) -> ModelOptDeclared:
     if not algo:
         notes.append("ModelOpt config without quant_algo (vLLM raises)")
     quantized_layers = q.get("quantized_layers") or {}
-    patterns = [Pattern(t, MODELOPT, f"{key}.{ex_key}[{i}]") for i, t in enumerate(excludes) if isinstance(t, str)]
+    patterns = [Pattern(t, MODELOPT_EXCLUDE, f"{key}.{ex_key}[{i}]")
+                for i, t in enumerate(excludes) if isinstance(t, str)]
     patterns += [Pattern(k, VLLM_EXACT, f"{key}.quantized_layers", QUANTIZED) for k in quantized_layers]
     if algo == "MIXED_PRECISION" and not quantized_layers:
         notes.append("MIXED_PRECISION without quantized_layers (vLLM raises)")

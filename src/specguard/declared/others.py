@@ -8,7 +8,7 @@ from specguard.declared.model import (
     GPTQ_DYNAMIC,
     GPTQ_IN_BLOCK,
     QUANTIZED,
-    TRANSFORMERS,
+    TRANSFORMERS_MATCH,
     UNQUANTIZED,
     VLLM_SUBSTRING,
     Declared,
@@ -97,7 +97,7 @@ class UnknownDeclared(Declared):
 
 def parse_mxfp4(qc: dict, *, origin: str) -> Mxfp4Declared:
     keys = qc.get("modules_to_not_convert") or ()
-    patterns = tuple(Pattern(t, TRANSFORMERS, f"quantization_config.modules_to_not_convert[{i}]")
+    patterns = tuple(Pattern(t, TRANSFORMERS_MATCH, f"quantization_config.modules_to_not_convert[{i}]")
                      for i, t in enumerate(keys) if isinstance(t, str))
     return Mxfp4Declared(stack="mxfp4", quant_method="mxfp4", origin=origin, patterns=patterns)
 

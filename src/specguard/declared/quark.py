@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.declared.model import COMPRESSED_TENSORS, Declared, DeclaredScheme, Pattern
+from specguard.declared.model import CT_MATCH, Declared, DeclaredScheme, Pattern
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
@@ -93,7 +93,7 @@ def quark_scheme(cfg: Mapping[str, Any]) -> Scheme:
 
 def parse_quark(qc: Mapping[str, Any], *, origin: str) -> QuarkDeclared:
     exclude = [t for t in (qc.get("exclude") or []) if isinstance(t, str)]
-    patterns = tuple(Pattern(t, COMPRESSED_TENSORS, f"{KEY}.exclude[{i}]") for i, t in enumerate(exclude))
+    patterns = tuple(Pattern(t, CT_MATCH, f"{KEY}.exclude[{i}]") for i, t in enumerate(exclude))
     layers = qc.get("layer_quant_config") or {}
     glob = qc.get("global_quant_config") or {}
     return QuarkDeclared(

@@ -16,7 +16,7 @@ from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats import families as fam
 from specguard.formats import scheme as s
-from specguard.formats.modules import QUANT_PARAMS
+from specguard.formats.modules import QUANT_PARAMS, STACKED_EXPERT_PARAMS
 from specguard.formats.scheme import Scheme
 
 Params = Mapping[str, TensorInfo]
@@ -91,6 +91,12 @@ def _scale_of(params: Params) -> tuple[str, TensorInfo | None]:
 def _weightless(params: Params) -> Classified:
     if params.keys() <= {"k_scale", "v_scale", "q_scale"}:
         return Classified(Scheme(s.FP8_KV, reason="attention cache scales"))
+    if params.keys() <= STACKED_EXPERT_PARAMS:  # transformers 5 fused experts: plain 3-D parameters
+        dtypes = {p.dtype for p in params.values()}
+        if len(dtypes) == 1 and next(iter(dtypes)) in PLAIN_DTYPES:
+            dtype = next(iter(dtypes))
+            return Classified(Scheme(PLAIN_DTYPES[dtype], s.PLAIN, weight_dtype=dtype))
+        return _unknown(f"fused expert parameters stored as {', '.join(sorted(dtypes))}")
     t = params.get("")
     if t is not None and t.dtype in PLAIN_DTYPES:
         return Classified(Scheme(PLAIN_DTYPES[t.dtype], s.PLAIN, weight_dtype=t.dtype))

@@ -50,6 +50,11 @@ BLOCK_SCALE_PARAMS = ("scale", "weight_scale", "scales")
 QUANT_PARAMS = (SCALE_PARAMS - {"scales"}) | {"weight_zero_point"}
 # gpt-oss / transformers MXFP4 experts: `<proj>_blocks`, `<proj>_scales`, `<proj>_bias`.
 GPT_OSS_SUFFIXES = ("_blocks", "_scales", "_bias")
+# transformers 5's fused experts (``Qwen3MoeExperts``...): one ``experts`` module holding 3-D
+# parameters named by projection, with no ``.weight`` (``mlp.experts.gate_up_proj``). The module
+# is ``mlp.experts``, as the engine's runtime prefix is (layouts/fusions.py ``_experts``).
+STACKED_EXPERT_PARAMS = frozenset({"gate_up_proj", "down_proj", "gate_proj", "up_proj",
+                                   "gate_up_proj_bias", "down_proj_bias"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,8 @@ def split_name(name: str, gpt_oss_stems: frozenset[str] = frozenset()) -> tuple[
     for suffix in GPT_OSS_SUFFIXES:
         if name.endswith(suffix) and name[: -len(suffix)] in gpt_oss_stems:
             return name[: -len(suffix)], suffix[1:]
+    if dot and last in STACKED_EXPERT_PARAMS and (module == "experts" or module.endswith(".experts")):
+        return module, last
     return name, ""
 
 

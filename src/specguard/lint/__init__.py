@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from specguard.checkpoint.source import gc_paused
 from specguard.lint import (  # noqa: F401  (registration)
     rules_draft,
+    rules_engine,
     rules_integrity,
-    rules_loader,
     rules_patterns,
     rules_routing,
     rules_scales,
-    rules_startup,
     rules_structure,
 )
 from specguard.lint.context import LintContext

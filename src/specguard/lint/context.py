@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specguard.layouts.runs import group_runs
+from specguard.repair.plan import describe  # noqa: F401  (the rules import it from here)
 from specguard.resolve import Resolver, Route
 
 if TYPE_CHECKING:
     from specguard.lint.content import ScaleSamples
+    from specguard.repair.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class LintContext:
     _routes: dict[int, list[Route]] = field(default_factory=dict)
     _scales: dict[int, ScaleSamples] = field(default_factory=dict)
     _files: dict[int, QuantFiles | None] = field(default_factory=dict)
+    _plan: Plan | None = None  # the repair planner's plan (lint/fixes.py ``plan``)
 
     def quant_files(self, r: Resolver) -> QuantFiles | None:
         """Where config.json's quantization_config and hf_quant_config.json claim different
@@ -63,10 +65,3 @@ class LintContext:
         for r in self.resolvers:
             for rt in self.routes(r):
                 yield r, rt
-
-
-def describe(names: Iterable[str], limit: int = 4) -> str:
-    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
-    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
-    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
-    return "; ".join(labels[:limit]) + more

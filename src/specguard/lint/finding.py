@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specguard.declared.edits import Fix
 from specguard.vocabulary import Vocabulary
 
 
@@ -27,17 +28,24 @@ def severity_rank(severity: str) -> int:
 class Finding:
     """What a rule found. ``message`` is one line; ``modules`` are checkpoint
     names (or runtime prefixes where nothing is on disk); ``fix`` says what to
-    change."""
+    change, as text and as edits (declared/edits.py ``Fix``). Rules make them
+    through their registered code (lint/registry.py ``Rule.finding``)."""
 
     code: str
     severity: Severity
     message: str
     modules: tuple[str, ...] = ()
-    fix: str | None = None
+    fix: Fix | None = None
     data: dict = field(default_factory=dict, compare=False)
 
+    @property
+    def edits(self) -> list:
+        return list(self.fix.edits) if self.fix else []
+
     def as_dict(self) -> dict:
+        fix = self.fix.as_dict() if self.fix else {"applicability": None, "platforms": [], "edits": [],
+                                                    "reencode": [], "targets": []}
         return {
             "code": self.code, "severity": self.severity, "message": self.message,
-            "modules": list(self.modules), "fix": self.fix, **self.data,
+            "modules": list(self.modules), "fix": self.fix.message if self.fix else None, **fix, **self.data,
         }

@@ -12,10 +12,12 @@ config (the specguard vLLM plugin).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from specguard.declared.edits import ConfigEdit, apply_all
+from specguard.declared.edits import Applicability, ConfigEdit, Fix, apply_all
 from specguard.errors import SpecguardError
 from specguard.lint.context import LintContext, QuantFiles
+from specguard.repair.plan import Plan, combined, plan_for
 from specguard.resolve import OK, Resolver, Route
 
 
@@ -34,9 +36,12 @@ def rerouted(r: Resolver, edits: Sequence[ConfigEdit]) -> Resolver | None:
         return None
 
 
-def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets: Iterable[str]) -> bool:
+def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets: Iterable[str], *,
+            exact: bool = True) -> bool:
     """Do the edits make every target route ``ok`` and leave every other route as it was?
-    (No targets: the edits must change no route, e.g. dropping an entry that matches nothing.)"""
+    (No targets: the edits must change no route, e.g. dropping an entry that matches nothing.)
+    ``exact=False`` (a planned repair): every other route that was ``ok`` stays ``ok`` (a wildcard
+    entry may change the claim for a norm that is built unquantized either way)."""
     new = rerouted(r, edits) if edits else None
     if new is None:
         return False
@@ -48,15 +53,20 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
     for p in before.keys() | after.keys():
         b, a = before.get(p), after.get(p)
         if p in want:
-            if a is None or a.verdict != OK:
+            promised_only = a is None and b is not None and b.stored is None  # the config no longer promises it
+            if not promised_only and (a is None or a.verdict != OK):
                 return False
-        elif b is None or a is None or _signature(b) != _signature(a):
+        elif not _kept(b, a, exact):
             return False
     return True
 
 
-def describe_edits(edits: Sequence[ConfigEdit]) -> str:
-    return "; ".join(str(e) for e in edits)
+def _kept(before: Route | None, after: Route | None, exact: bool) -> bool:
+    if before is None or after is None:
+        return False
+    if exact:
+        return _signature(before) == _signature(after)
+    return before.verdict != OK or after.verdict == OK
 
 
 def quant_files(ctx: LintContext, r: Resolver) -> QuantFiles | None:
@@ -101,3 +111,39 @@ def _without_quantization_config(cfg: dict) -> dict:
     if isinstance(out.get("text_config"), dict):
         out["text_config"] = {k: v for k, v in out["text_config"].items() if k != "quantization_config"}
     return out
+
+
+def plan(ctx: LintContext) -> Plan:
+    """The repair planner's plan for the resolvers lint reads (repair/plan.py: the one planner;
+    `specguard fix` writes what it plans), made once per lint run and only when a rule asks."""
+    if ctx._plan is None:
+        ctx._plan = plan_for([(ctx.resolvers[0].platform, ctx.resolvers)], strict=False)
+    return ctx._plan
+
+
+def planned(ctx: LintContext, r: Resolver, prefixes: Sequence[str], why: str = "") -> Fix | None:
+    """The planner's fix for these runtime modules, as lint prints it: config edits re-routed
+    first (every module they touch then routes ok, nothing else changes), a re-encode left to
+    `specguard fix` (which verifies what it writes). None: no planned repair."""
+    got = plan(ctx).changes_for(r.checkpoint, prefixes)
+    if got is None:
+        return None
+    changes, reencode = got
+    fix = combined(changes, reencode)
+    if fix is None:
+        return None
+    targets = list(fix.targets)
+    text = "; ".join(in_files(r, e) for e in fix.edits)
+    if fix.applicability == Applicability.REENCODE:
+        text = (f"re-encode {len(reencode)} module(s) to BF16 (exact; `specguard fix --out DIR` writes them)"
+                + (f" and {text}" if text else ""))
+    elif not checked(ctx, r, fix.edits, targets, exact=False):
+        return None
+    else:
+        text += f" (re-routed with the change: {len(targets)} runtime module(s) then route ok)"
+    return replace(fix, message=f"{text}: {why}" if why else text)
+
+
+def in_files(r: Resolver, edit: ConfigEdit) -> str:
+    """The edit, naming the checkpoint's file: ``add "x" to s4/drafter/config.json ...``."""
+    return str(edit).replace(f" {edit.file} ", f" {r.checkpoint.name}/{edit.file} ", 1)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from specguard._version import __version__
+from specguard.declared.edits import Applicability, Fix
 from specguard.lint.finding import ERROR, INFO, WARNING, Finding
 from specguard.lint.registry import RULES, rule_doc
 
@@ -23,7 +24,7 @@ def text(findings: Sequence[Finding], source: str, console: Console, *, bytes_re
     for f in findings:
         console.print(f"[bold]{f.code}[/] [{_STYLE[f.severity]}]{f.severity}[/]: {escape(f.message)}")
         if f.fix:
-            console.print(f"  [green]fix:[/] {escape(f.fix)}")
+            console.print(f"  [green]fix{escape(_applies(f.fix))}:[/] {escape(f.fix.message)}")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "no findings"
     frac = f" ({bytes_read / total_bytes:.3%} of the checkpoint, in whole 4 KiB pages)" if total_bytes else ""
@@ -32,10 +33,18 @@ def text(findings: Sequence[Finding], source: str, console: Console, *, bytes_re
                          + (f" [{readers}; every other rule: headers only]" if readers else "")), highlight=False)
 
 
+def _applies(fix: Fix) -> str:
+    """`` (safe)``, `` (platform-specific: cuda, rocm)``, `` (needs-reencode)``; advice: nothing."""
+    if fix.applicability == Applicability.DISPLAY:
+        return ""
+    where = f": {', '.join(fix.platforms)}" if fix.platforms else ""
+    return f" ({fix.applicability}{where})"
+
+
 def as_json(findings: Sequence[Finding], source: str, *, bytes_read: int, total_bytes: int,
             bytes_by_rule: dict[str, int]) -> str:
     return json.dumps({
-        "schema": 1, "checkpoint": source, "bytes_read": bytes_read, "checkpoint_bytes": total_bytes,
+        "schema": 2, "checkpoint": source, "bytes_read": bytes_read, "checkpoint_bytes": total_bytes,
         "bytes_read_by_rule": bytes_by_rule,
         "findings": [f.as_dict() for f in findings],
     }, indent=1)
@@ -60,7 +69,7 @@ def as_sarif(findings: Sequence[Finding], source: str, artifact: str = "config.j
     for f in findings:
         results.append({
             "ruleId": f.code, "ruleIndex": index[f.code], "level": _SARIF_LEVEL[f.severity],
-            "message": {"text": f.message + (f" Fix: {f.fix}" if f.fix else "")},
+            "message": {"text": f.message + (f" Fix: {f.fix.message}" if f.fix else "")},
             "locations": [{
                 "physicalLocation": {"artifactLocation": {"uri": artifact, "uriBaseId": "CHECKPOINT"}},
                 "logicalLocations": [{"fullyQualifiedName": m, "kind": "module"} for m in f.modules[:50]],

@@ -1,7 +1,13 @@
 """Rules with stable codes, selectable by prefix (ruff style: SG2 selects SG2xx).
 
-Each rule is a function ``(LintContext) -> Iterable[Finding]`` registered with
-its code, name, default severity and a one-line summary; its documentation
+A rule's code, name, default severity and one-line summary are typed once:
+
+    SG201 = rule("SG201", "stored-format-differs-from-declared", ERROR, "...")
+
+    @SG201                       # registers the check, a ``(LintContext) -> Iterable[Finding]``
+    def stored_differs(ctx): yield SG201.finding(message, modules, fix)
+
+Its documentation
 lives in docs/rules/<CODE>.md in four parts (What it does / Why is this bad? /
 Example / Use instead), printed by ``specguard rule CODE``.
 """
@@ -9,11 +15,12 @@ Example / Use instead), printed by ``specguard rule CODE``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specguard.declared.edits import Fix
 from specguard.lint.finding import Finding, Severity
 
 if TYPE_CHECKING:
@@ -22,30 +29,42 @@ if TYPE_CHECKING:
 Check = Callable[["LintContext"], Iterable[Finding]]
 
 
-@dataclass(frozen=True)
+def _unset(ctx: LintContext) -> Iterable[Finding]:
+    raise TypeError("rule declared without a check")
+
+
+@dataclass(eq=False)
 class Rule:
     code: str
     name: str
     severity: Severity
     summary: str
     reads_bytes: bool
-    check: Check
+    check: Check = field(default=_unset, repr=False)
+
+    def __call__(self, fn: Check) -> Check:
+        """Decorator: ``fn`` is this rule's check."""
+        self.check = fn
+        return fn
+
+    def finding(self, message: str, modules: Iterable[str] = (), fix: Fix | str | None = None, *,
+                severity: Severity | None = None, data: dict | None = None) -> Finding:
+        """A finding of this rule (its default severity unless the finding's case sets one);
+        a fix given as text is advice (``Fix`` display-only)."""
+        if isinstance(fix, str):
+            fix = Fix(fix)
+        return Finding(self.code, severity or self.severity, message, tuple(modules), fix, data or {})
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, severity: Severity, summary: str, *,
-         reads_bytes: bool = False) -> Callable[[Check], Check]:
-    """Register a rule function under a stable code."""
-
-    def register(fn: Check) -> Check:
-        if code in RULES:
-            raise ValueError(f"rule code {code} registered twice")
-        RULES[code] = Rule(code, name, severity, summary, reads_bytes, fn)
-        return fn
-
-    return register
+def rule(code: str, name: str, severity: Severity, summary: str, *, reads_bytes: bool = False) -> Rule:
+    """Register a rule under a stable code; decorate its check with the result."""
+    if code in RULES:
+        raise ValueError(f"rule code {code} registered twice")
+    RULES[code] = Rule(code, name, severity, summary, reads_bytes)
+    return RULES[code]
 
 
 def select(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
+from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
+from specguard.repair.strategies.draft_layers import NO_DRAFTER
 
 
 def _stored_draft_layers(ctx: LintContext, r) -> set[int]:
@@ -16,19 +18,23 @@ def _stored_draft_layers(ctx: LintContext, r) -> set[int]:
             if rt.stored is not None and rt.role.is_draft and rt.role.layer is not None}
 
 
-@rule("SG301", "draft-weights-missing", ERROR,
+SG301 = rule("SG301", "draft-weights-missing", ERROR,
       "The config promises draft (MTP/DSpark) layers but the checkpoint stores none of their tensors.")
+
+
+@SG301
 def draft_missing(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         promised = list(r.layout.draft_layers)
         if promised and not _stored_draft_layers(ctx, r):
             n = r.layout.num_hidden_layers
-            yield Finding(
-                "SG301", ERROR,
+            yield SG301.finding(
                 f"config promises {len(promised)} draft layer(s) (runtime layers {promised[0]}-{promised[-1]}, "
                 f"num_hidden_layers {n}) but no draft tensor is stored: {_consequence(r, promised[0])}",
                 tuple(f"model.layers.{i}" for i in promised),
-                "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
+                planned(ctx, r, [f"model.layers.{i}" for i in promised],
+                        f"the config then says what is stored; {NO_DRAFTER}")
+                or "export the draft weights with the checkpoint, or set num_nextn_predict_layers to 0",
             )
 
 
@@ -42,8 +48,11 @@ def _consequence(r, layer: int) -> str:
     return "an engine would serve a randomly initialised drafter (0 % acceptance)"
 
 
-@rule("SG302", "draft-layer-count-mismatch", WARNING,
+SG302 = rule("SG302", "draft-layer-count-mismatch", WARNING,
       "The number of draft layers stored differs from the number the config declares.")
+
+
+@SG302
 def draft_count(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         promised = set(r.layout.draft_layers)
@@ -58,8 +67,7 @@ def draft_count(ctx: LintContext) -> Iterator[Finding]:
             parts.append(f"runtime layer(s) {absent} declared but not stored")
         if extra:
             parts.append(f"runtime layer(s) {extra} stored but not declared")
-        yield Finding(
-            "SG302", WARNING, f"draft layers: {'; '.join(parts)}",
+        yield SG302.finding(f"draft layers: {'; '.join(parts)}",
             tuple(f"model.layers.{i}" for i in absent + extra), _count_fix(r, len(stored)),
         )
 
@@ -74,9 +82,12 @@ def _count_fix(r, stored: int) -> str:
     return f'set "num_nextn_predict_layers": {stored} to match the draft layers stored'
 
 
-@rule("SG303", "draft-weights-outside-index", ERROR,
+SG303 = rule("SG303", "draft-weights-outside-index", ERROR,
       "Draft tensors are stored in a file the index never names: vLLM reads only indexed files, so the "
       "drafter is never loaded.")
+
+
+@SG303
 def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         c = r.checkpoint
@@ -91,8 +102,7 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
             effect = "unchecked for a quantized model: the drafter keeps torch.empty, every draft is rejected"
         else:
             effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
-        yield Finding(
-            "SG303", ERROR,
+        yield SG303.finding(
             f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
             f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
             f"{describe(names)}",
@@ -104,9 +114,12 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
-@rule("SG304", "draft-inputs-missing", ERROR,
+SG304 = rule("SG304", "draft-inputs-missing", ERROR,
       "The draft method builds input modules (MTP's e_proj/h_proj/enorm/hnorm, DSpark's main_proj) that the "
       "stored draft lacks: they are never loaded and stay uninitialized.")
+
+
+@SG304
 def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         stored = _stored_draft_layers(ctx, r)
@@ -118,8 +131,7 @@ def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
             continue
         kind = r.layout.draft_kind or "mtp"
         leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
-        yield Finding(
-            "SG304", ERROR,
+        yield SG304.finding(
             f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
             f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
             "they would stay uninitialized",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
-from specguard.declared.edits import ConfigEdit, at_key
+from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
 from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.base import alike
@@ -13,8 +14,9 @@ from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model
 from specguard.layouts.roles import ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
-from specguard.lint.fixes import checked, describe_edits
+from specguard.lint.fixes import checked, in_files, plan
 from specguard.lint.registry import rule
+from specguard.repair.plan import combined
 from specguard.resolve import Resolver
 
 _VLLM = (VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX)
@@ -41,8 +43,11 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     return out
 
 
-@rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
+SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
       "An ignore/exclude pattern matches no runtime prefix the engine builds, so it excludes nothing.")
+
+
+@SG101
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
@@ -81,7 +86,7 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
         if hits:
             where = f"matches nothing under vLLM's {pat.semantics} matching; as a glob it matches checkpoint names only"
     intended = sorted({r.layout.runtime_prefixes(m)[0] for m in hits})
-    edits, targets, fix = _fix(ctx, r, pat, hits, intended)
+    fix = _fix(ctx, r, pat, hits, intended)
     msg = f"{pat} {where}"
     if pat.semantics == FNMATCHCASE:
         msg += f" ({r.vllm.name}'s DeepSeek-V4.1 quant config matches it against routed-expert names only)"
@@ -89,17 +94,25 @@ def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], check
         layers = sorted({_layer_of(p) for p in intended})
         msg += (f": it names {len(hits)} checkpoint module(s) ({describe(hits, limit=2)}), "
                 f"which the engine builds under {', '.join(layers)}")
-    return Finding("SG101", WARNING, msg, tuple(hits), fix, data={
+    return SG101.finding(msg, tuple(hits), fix, data={
         "pattern": pat.text, "key": pat.key, "semantics": pat.semantics, "runtime_prefixes": intended,
-        "edits": [e.as_dict() for e in edits], "targets": targets})
+    })
 
 
 def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
-         intended: list[str]) -> tuple[list[ConfigEdit], list[str], str | None]:
-    """The first config change that re-routes clean (lint/fixes.py), and its text."""
+         intended: list[str]) -> Fix | None:
+    """The repair planner's drop of the entry where it repairs the modules the entry was meant
+    for (what `specguard fix` writes); else the first config change that re-routes clean
+    (lint/fixes.py), shown but not applied by `specguard fix` (display-only: fix repairs routing)."""
+    drops = plan(ctx).drops_for(r.checkpoint, pat.key) if hits else []
+    fix = combined(drops)
+    if fix is not None:
+        text = "; ".join(in_files(r, e) for e in fix.edits)
+        return replace(fix, message=f"{text}: it excludes nothing; the modules it was meant for are "
+                                    "repaired by the SG2xx fixes")
     file, path, index = at_key(pat.key)
     if index is None:
-        return [], [], None
+        return None
     d = r.declared_config
     draft = bool(r.layout.num_draft_layers) and bool(hits) and all(r.layout.role(m).is_draft for m in hits)
     drop = ConfigEdit(file, path, "remove", index=index)
@@ -121,12 +134,13 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
     candidates.append(([drop], [], "it excludes nothing"))
     for edits, targets, why in candidates:
         if checked(ctx, r, edits, targets):
-            return edits, targets, f"{describe_edits(edits)}: {why} (re-routed with the change: " + (
+            text = f"{'; '.join(in_files(r, e) for e in edits)}: {why} (re-routed with the change: " + (
                 f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
                 else "no module changes)")
+            return Fix(text, tuple(edits), Applicability.DISPLAY, targets=tuple(targets))
     if draft:
-        return [], [], "serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer"
-    return [], [], None
+        return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer")
+    return None
 
 
 def _layer_of(prefix: str) -> str:
@@ -138,9 +152,12 @@ def _layer_of(prefix: str) -> str:
     return prefix
 
 
-@rule("SG103", "quant-config-files-disagree", WARNING,
+SG103 = rule("SG103", "quant-config-files-disagree", WARNING,
       "config.json's quantization_config and hf_quant_config.json claim different schemes; the engine reads "
       "config.json's only, so the other file's claim has no effect.")
+
+
+@SG103
 def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         qf = ctx.quant_files(r)
@@ -153,6 +170,7 @@ def quant_files_disagree(ctx: LintContext) -> Iterator[Finding]:
             msg += (f": {len(qf.explained)} of them are built other than stored because of it "
                     f"({describe(sorted(qf.explained))}), reported here once instead of module by module")
         # an error when the engine misbuilds modules because of it (their SG2xx findings are folded in here)
-        yield Finding("SG103", ERROR if qf.explained else WARNING, msg, tuple(qf.differ),
-                      "make config.json's quantization_config say what hf_quant_config.json says (the engine "
-                      "reads config.json), or delete the stale file", data={"explained": sorted(qf.explained)})
+        yield SG103.finding(msg, tuple(qf.differ),
+                            "make config.json's quantization_config say what hf_quant_config.json says (the engine "
+                            "reads config.json), or delete the stale file",
+                            severity=ERROR if qf.explained else WARNING, data={"explained": sorted(qf.explained)})

@@ -2,45 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Protocol, TypeGuard
 
 from specguard.declared import DeclaredScheme
-from specguard.declared.edits import CONFIG_JSON, ConfigEdit
+from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, Fix
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
-from specguard.engines.vllm.v0_33 import ENGINE, v41_ignore_name
+from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
+from specguard.formats.specs import needs
 from specguard.layouts import roles as r
 from specguard.layouts.roles import ModuleKind, Role, role_label
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
-from specguard.lint.fixes import checked, describe_edits
+from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
 from specguard.resolve import MISROUTED, Resolver, Route, Verdict
-
-# Tensors each engine method reads, by (format, convention): per tensor, the
-# suffixes that satisfy it (vLLM renames DeepSeek-V4's bare `.scale` into the
-# scale slot, so it counts). A (format, convention) not listed is not checked.
-NEEDS: dict[tuple[str, str | None], tuple[tuple[str, ...], ...]] = {
-    (s.NVFP4, s.MODELOPT): (("weight",), ("weight_scale", "scale"), ("weight_scale_2",), ("input_scale",)),
-    (s.NVFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",), ("weight_global_scale",)),
-    (s.MXFP4, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
-    (s.MXFP4, s.GPT_OSS): (("blocks",), ("scales",)),
-    (s.MXFP4, None): (("weight",), ("weight_scale", "scale")),
-    (s.FP8_BLOCK, None): (("weight",), ("weight_scale", "weight_scale_inv", "scale")),
-    (s.INT4_GROUP, s.COMPRESSED_TENSORS): (("weight_packed",), ("weight_scale",)),
-}
-
-
-def needs(scheme: Scheme) -> tuple[tuple[str, ...], ...]:
-    hit = NEEDS.get((scheme.format, scheme.convention))
-    if hit is None and scheme.convention not in (s.COMPRESSED_TENSORS, s.GPT_OSS):
-        hit = NEEDS.get((scheme.format, None))
-    return hit or ()
 
 
 class Built(Protocol):
@@ -69,16 +50,20 @@ def _built(rt: Route) -> TypeGuard[Built]:
     return rt.stored is not None and rt.declared is not None and rt.vllm is not None
 
 
-def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator[tuple[tuple, list[Built]]]:
-    """Built routes that ``pick`` selects, grouped by the key it returns (one finding per group)."""
+def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator[tuple[tuple, list[Built], Resolver]]:
+    """Built routes that ``pick`` selects, grouped per checkpoint by the key it returns (one
+    finding per group), with the checkpoint's resolver."""
     groups: dict[tuple, list[Built]] = defaultdict(list)
+    owner: dict[int, Resolver] = {}
     for res, rt in ctx.all_routes():
         if not _built(rt) or rt.prefix in ctx.explained(res):
             continue  # (SG103 reports the cause of the explained ones once)
         key = pick(rt)
         if key is not None:
-            groups[key].append(rt)
-    yield from groups.items()
+            owner[id(res)] = res
+            groups[(id(res), *key)].append(rt)
+    for key, routes in groups.items():
+        yield key[1:], routes, owner[key[0]]
 
 
 def _names(routes: Sequence[Built]) -> tuple[str, ...]:
@@ -89,8 +74,11 @@ def _misrouted(rt: Built) -> bool:
     return rt.verdict == MISROUTED
 
 
-@rule("SG201", "stored-format-differs-from-declared", ERROR,
+SG201 = rule("SG201", "stored-format-differs-from-declared", ERROR,
       "A module is stored in one quantized format while the config makes the engine build another.")
+
+
+@SG201
 def stored_differs(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[tuple[Resolver, Built]]] = defaultdict(list)
     for res, rt in ctx.all_routes():
@@ -102,14 +90,34 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
     for (_, role, kind, _stored, method, _source), pairs in groups.items():
         res, first = pairs[0]
         routes = [rt for _, rt in pairs]
-        edits, fix = _fix(ctx, res, routes)
-        yield Finding(
-            "SG201", ERROR,
-            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {first.stored.short()}; "
-            f"declared {first.declared.scheme.short()} by {first.declared.source}; {ENGINE} on {res.platform} "
-            f"({_class(first)}) builds {method}: {describe(rt.prefix for rt in routes)}",
-            _names(routes), fix, data={"edits": [e.as_dict() for e in edits], "targets": [rt.prefix for rt in routes]},
+        targets = [rt.prefix for rt in routes]
+        fix = _fix(ctx, res, routes)
+        of = f" of {res.checkpoint.name}" if len(ctx.resolvers) > 1 else ""
+        yield SG201.finding(
+            f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s){of}: stored "
+            f"{first.stored.short()}; declared {first.declared.scheme.short()} by {_declared_by(res, first)}; "
+            f"built {method} by {ENGINE} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
+            f"{describe(targets)}",
+            _names(routes), fix, data={"runtime_prefixes": targets},
         )
+
+
+def _declared_by(res: Resolver, rt: Built) -> str:
+    """The file and key of the claim: ``s4/drafter/config.json expert_dtype=fp4``."""
+    source = rt.declared.source
+    if source.startswith(f"{HF_QUANT_JSON}:"):
+        return f"{res.checkpoint.name}/{HF_QUANT_JSON} {source.split(':', 1)[1]}"
+    return f"{res.checkpoint.name}/{CONFIG_JSON} {source.removeprefix('config.')}"
+
+
+def _built_because(res: Resolver, rt: Built) -> str:
+    """The engine's reason, and whose config.json it read: building a separate drafter, vLLM
+    0.33's DeepSeek-V4 quant configs read ``moe_quant_algo`` and ``expert_dtype`` from the
+    target's hf_config (engines/vllm/v0_33.py ``_fp8``), so the target's claim reaches it."""
+    why = rt.vllm.reason.split(": ", 1)[-1]
+    if res.target is not None and ("moe_quant_algo" in why or "expert_dtype" in why):
+        return f"{why}, read from the target's {res.target.checkpoint.name}/{CONFIG_JSON}"
+    return why
 
 
 def _class(rt: Built) -> str:
@@ -119,9 +127,12 @@ def _class(rt: Built) -> str:
     return f"{parts[-3]} {parts[-1]}" if len(parts) >= 3 else path
 
 
-@rule("SG202", "declared-scheme-needs-missing-tensors", ERROR,
+SG202 = rule("SG202", "declared-scheme-needs-missing-tensors", ERROR,
       "The scheme the engine builds needs tensors the checkpoint does not store: those parameters stay "
       "uninitialized (torch.empty).")
+
+
+@SG202
 def needs_missing(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if not rt.stored.quantized or not rt.vllm.scheme.quantized:
@@ -129,14 +140,13 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
         missing = _missing_for(ctx, rt)
         return (role_label(rt.role), rt.vllm.method, missing) if missing else None
 
-    for (role, method, missing), routes in _groups(ctx, pick):
+    for (role, method, missing), routes, res in _groups(ctx, pick):
         params = _engine_params(routes[0], missing)
-        yield Finding(
-            "SG202", ERROR,
-            f"{method} needs {', '.join(missing)} but {len(routes)} {role} layer(s) store none; "
+        yield SG202.finding(f"{method} needs {', '.join(missing)} but {len(routes)} {role} layer(s) store none; "
             f"never loaded, left uninitialized: {', '.join(params)} in {describe(rt.prefix for rt in routes)}",
             _names(routes),
-            "store the missing scales, or route these modules to the format they are stored in "
+            planned(ctx, res, [rt.prefix for rt in routes], "the engine then builds the format they are stored in")
+            or "store the missing scales, or route these modules to the format they are stored in "
             "(`specguard route`; the specguard vLLM plugin does it at load time)",
             data={"missing": list(missing), "engine_parameters": params},
         )
@@ -167,40 +177,41 @@ def _engine_params(rt: Built, missing: tuple[str, ...]) -> list[str]:
     return list(missing)
 
 
-@rule("SG203", "declared-quantized-stored-unquantized", ERROR,
+SG203 = rule("SG203", "declared-quantized-stored-unquantized", ERROR,
       "The config makes the engine build a quantized layer for a module stored in BF16/FP16/FP32.")
+
+
+@SG203
 def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and not rt.stored.quantized and rt.vllm.scheme.quantized:
             return (role_label(rt.role), rt.stored.format, rt.vllm.scheme.format, rt.vllm.reason)
         return None
 
-    for (role, stored, built, source), routes in _groups(ctx, pick):
+    for (role, stored, built, source), routes, res in _groups(ctx, pick):
         if routes[0].vllm.method.startswith("AutoGPTQ"):
-            yield _gptq_over_plain(ctx, role, stored, built, source, routes)
+            yield _gptq_over_plain(ctx, res, role, stored, built, source, routes)
             continue
-        yield Finding(
-            "SG203", ERROR,
-            f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
+        yield SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
             f"{describe(rt.prefix for rt in routes)}",
             _names(routes),
-            "exclude these modules with a pattern that matches the engine's runtime prefixes "
+            planned(ctx, res, [rt.prefix for rt in routes], "the engine then builds them unquantized, as stored")
+            or "exclude these modules with a pattern that matches the engine's runtime prefixes "
             "(see SG101), or build the draft without the target's quant config",
         )
 
 
-def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, source: str,
+def _gptq_over_plain(ctx: LintContext, res: Resolver, role: str, stored: str, built: str, source: str,
                      routes: list[Built]) -> Finding:
     """GPTQ layers built over float tensors: no ``weight`` parameter takes them
     (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
     raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
     quantized = [rt.prefix for _, rt in ctx.all_routes() if rt.stored is not None and rt.stored.quantized]
     fixed = gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
-    fix = (f"set quantization_config.dynamic to {json.dumps(fixed)}" if fixed is not None else
-           "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
-           "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
-    return Finding(
-        "SG203", ERROR,
+    fix = planned(ctx, res, [rt.prefix for rt in routes], "the first-matching '-:' rules build them unquantized") or (
+        "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
+        "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
+    return SG203.finding(
         f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
@@ -217,19 +228,20 @@ def _gptq_dynamic(ctx: LintContext) -> dict:
     return {}
 
 
-@rule("SG204", "stored-quantized-declared-unquantized", ERROR,
+SG204 = rule("SG204", "stored-quantized-declared-unquantized", ERROR,
       "A module stored quantized is built as an unquantized layer: its packed bytes and scales are misread.")
+
+
+@SG204
 def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
     def pick(rt: Built) -> tuple | None:
         if _misrouted(rt) and rt.stored.quantized and not rt.vllm.scheme.quantized:
             return (role_label(rt.role), rt.stored.format, rt.vllm.method)
         return None
 
-    for (role, stored, method), routes in _groups(ctx, pick):
+    for (role, stored, method), routes, _res in _groups(ctx, pick):
         if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
-            yield Finding(
-                "SG204", ERROR,
-                f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+            yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
                 f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
                 _names(routes),
@@ -237,32 +249,31 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
                 f"config builds {stored} layers beside GPTQ ones",
             )
             continue
-        yield Finding(
-            "SG204", ERROR,
-            f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+        yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
             f"({routes[0].vllm.reason}): {describe(rt.prefix for rt in routes)}",
             _names(routes),
             f"declare them {stored} (or store them unquantized)",
         )
 
 
-def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> tuple[list[ConfigEdit], str]:
-    """A config change only where it re-routes clean on this platform (lint/fixes.py); never one
-    already present; otherwise advice that changes no config."""
+def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> Fix:
+    """The repair planner's fix (lint/fixes.py ``planned``: what `specguard fix` writes for this
+    platform); where it plans none, advice that changes no config."""
     rt = routes[0]
-    if rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4:
+    mxfp4_as_nvfp4 = rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4
+    fix = planned(ctx, res, [p.prefix for p in routes])
+    if fix is not None and fix.applicability == Applicability.REENCODE:
+        return replace(fix, message=f"{fix.message}: {ENGINE} on {res.platform} ({_class(rt)}) reads no list that "
+                                    "routes experts to MXFP4, and BF16 holds MXFP4 values exactly")
+    if fix is not None and mxfp4_as_nvfp4:
+        return replace(fix, message=f"{fix.message}: on {res.platform}, {ENGINE}'s DeepSeek-V4.1 quant config then "
+                                    "routes them to MXFP4 (an ignored_layers entry would load them as BF16)")
+    if fix is not None:
+        return fix
+    if mxfp4_as_nvfp4:
         present = rt.declared.pattern is not None and rt.declared.scheme.format == s.MXFP4
-        if not present:
-            n = res.layout.num_hidden_layers
-            names = sorted({x for x in (v41_ignore_name(p.prefix, n) for p in routes) if x})
-            entry = ["mtp.*"] if names and all(x.startswith("mtp.") for x in names) else names
-            edits = [ConfigEdit(CONFIG_JSON, ("quantization_config", "ignore"), "extend", entry)]
-            if checked(ctx, res, edits, [p.prefix for p in routes]):
-                return edits, (f"{describe_edits(edits)}: on {res.platform}, {ENGINE}'s DeepSeek-V4.1 quant config "
-                               "then routes them to MXFP4 (re-routed with the change: they route ok, nothing else "
-                               "changes); an ignored_layers entry would load them as BF16, not MXFP4")
         held = f"the config already declares them MXFP4 ({rt.declared.source}); " if present else ""
         where = (f"on {res.platform} {ENGINE} builds every routed-expert layer from moe_quant_algo "
                  f"({_class(rt)} reads no list that routes experts to MXFP4)")
-        return [], f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk"
-    return [], f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin"
+        return Fix(f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk")
+    return Fix(f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin")

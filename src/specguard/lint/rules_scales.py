@@ -7,9 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from specguard.formats import scheme as s
 from specguard.formats.settle import scale_tensor, sniff_module
-from specguard.formats.sniff import E4M3, E8M0
+from specguard.formats.specs import spec_for
 from specguard.lint.content import ScaleColumn, ScaleSamples
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
@@ -25,9 +24,12 @@ NON_NEGATIVE = frozenset({"weight_scale", "weight_scale_inv", "scale", "weight_s
                           "weight_global_scale", "input_global_scale"})
 
 
-@rule("SG401", "implausible-scale-values", ERROR,
+SG401 = rule("SG401", "implausible-scale-values", ERROR,
       "Scale tensors hold values no quantizer writes: NaN/Inf, E8M0 0xFF, zero or negative per-tensor "
       "scales, vLLM's finfo.min sentinel, or magnitudes far outside their siblings.", reads_bytes=True)
+
+
+@SG401
 def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         samples = ctx.scales(r)
@@ -40,8 +42,7 @@ def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
             problems[what] |= owners
         for what, owners in sorted(problems.items()):
             names = samples.names_of(sorted(owners))
-            yield Finding(
-                "SG401", ERROR, f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
+            yield SG401.finding(f"{len(names)} scale tensor(s) {what}: {describe(names)}", tuple(names),
                 "re-export the affected scales; a checkpoint must never carry uninitialized memory",
             )
 
@@ -93,9 +94,12 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
     return out
 
 
-@rule("SG402", "scale-bytes-contradict-dtype", WARNING,
+SG402 = rule("SG402", "scale-bytes-contradict-dtype", WARNING,
       "The bytes of an 8-bit scale tensor read as another format than its label or its declared scheme says "
       "(E8M0 powers of two under an E4M3 label, or the reverse).", reads_bytes=True)
+
+
+@SG402
 def scale_label(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[str]] = defaultdict(list)
     detail: dict[tuple, str] = {}
@@ -121,12 +125,13 @@ def scale_label(ctx: LintContext) -> Iterator[Finding]:
                 groups[key].extend(rt.checkpoint_names)
                 detail[key] = f"{how}, bytes read as {sn.dtype} with confidence {sn.confidence:.2f} ({sn.evidence})"
     for key, names in groups.items():
-        yield Finding("SG402", WARNING, f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
+        yield SG402.finding(f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
                       tuple(names), "label the scale with the dtype its bytes hold, and route the module by it")
 
 
 def _claimed(rt: Route) -> str | None:
-    """The scale dtype the engine will read: E4M3 for NVFP4, E8M0 for MXFP4."""
+    """The scale element the engine will read (formats/specs.py: E4M3 for NVFP4, E8M0 for MXFP4/MXFP8)."""
     if rt.vllm is None:
         return None
-    return {s.NVFP4: E4M3, s.MXFP4: E8M0}.get(rt.vllm.scheme.format)
+    spec = spec_for(rt.vllm.scheme)
+    return spec.scale_element if spec is not None else None

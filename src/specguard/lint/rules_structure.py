@@ -16,13 +16,16 @@ from specguard.lint.registry import rule
 GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 
 
-@rule("SG501", "fused-shards-disagree", ERROR,
+SG501 = rule("SG501", "fused-shards-disagree", ERROR,
       "Shards the engine fuses into one layer (q/k/v, gate/up, w1/w3) are stored in different schemes or "
       "with different per-tensor global scales.", reads_bytes=True)
+
+
+@SG501
 def fused_shards(ctx: LintContext) -> Iterator[Finding]:
     for _, rt in ctx.all_routes():
         if rt.stored is not None and rt.stored.format == s.MIXED:
-            yield Finding("SG501", ERROR, f"{rt.prefix} fuses shards stored differently ({rt.stored.reason})",
+            yield SG501.finding(f"{rt.prefix} fuses shards stored differently ({rt.stored.reason})",
                           rt.checkpoint_names, "store every shard of a fused layer in one scheme")
     for r in ctx.resolvers:
         yield from _global_scales(ctx, r)
@@ -56,15 +59,17 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
             by_layer[key].append(first)
     bad = [k for k, v in by_layer.items() if len(v) > 1 and np.isfinite(v).all() and max(v) > min(v) * 1.0001]
     if bad:
-        yield Finding(
-            "SG501", WARNING,
+        yield SG501.finding(
             f"{len(bad)} fused layer(s) whose shards carry different {bad[0][1]}: {describe(k[0] for k in bad)}",
-            tuple(k[0] for k in bad), "quantize fused shards against one shared global scale",
+            tuple(k[0] for k in bad), "quantize fused shards against one shared global scale", severity=WARNING,
         )
 
 
-@rule("SG502", "group-size-does-not-divide", WARNING,
+SG502 = rule("SG502", "group-size-does-not-divide", WARNING,
       "A group or block size does not divide the dimension it tiles, so the last group is partial.")
+
+
+@SG502
 def group_divides(ctx: LintContext) -> Iterator[Finding]:
     partial: list[str] = []
     broken: list[str] = []
@@ -82,11 +87,10 @@ def group_divides(ctx: LintContext) -> Iterator[Finding]:
             elif sc.format in (s.INT4_GROUP, s.INT8_GROUP) and sc.group_size is None:
                 broken.append(m.name)
     if partial:
-        yield Finding("SG502", WARNING,
-                      f"{len(partial)} FP8 block-quantized module(s) end in a partial block along the input "
+        yield SG502.finding(f"{len(partial)} FP8 block-quantized module(s) end in a partial block along the input "
                       f"dim (not a multiple of the block): {describe(partial)}", tuple(partial),
                       "pad to a multiple of the block; some FP8 block kernels require it")
     if broken:
-        yield Finding("SG502", ERROR, f"{len(broken)} group-quantized module(s) whose scale count does not divide "
-                      f"the input dimension: {describe(broken)}", tuple(broken),
-                      "re-quantize with a group size that divides the input dimension")
+        yield SG502.finding(f"{len(broken)} group-quantized module(s) whose scale count does not divide "
+                            f"the input dimension: {describe(broken)}", tuple(broken),
+                            "re-quantize with a group size that divides the input dimension", severity=ERROR)

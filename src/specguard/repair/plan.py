@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
+from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, ConfigEdit, Fix, apply_all
 from specguard.engines.vllm.v0_33 import PLATFORMS
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import group_runs
@@ -45,91 +46,137 @@ def platforms_for(choice: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Change:
-    """One edit of a config file: entries added to (+) or dropped from (-) a list, or a key set (=)."""
+    """One planned change and why. A config change is a ``ConfigEdit`` (the data lint prints as a
+    finding's fix and ``specguard fix`` writes); an index or tensor-name change is described by
+    ``text``. ``prefixes``: the runtime modules it makes route as stored (a dead entry's drop:
+    none, ``pattern`` names it)."""
 
-    file: str
-    key: str
-    op: str
-    values: tuple[Any, ...]
     why: str
+    edit: ConfigEdit | None = None
+    text: str = ""
+    prefixes: tuple[str, ...] = ()
+    applicability: Applicability = Applicability.SAFE
+    platforms: tuple[str, ...] = ()  # PLATFORM: where it is right
+    pattern: str | None = None  # the pattern key (``quantization_config.ignored_layers[0]``) a drop is for
+
+    def __str__(self) -> str:
+        return str(self.edit) if self.edit is not None else self.text
 
 
 def merged(changes: Sequence[Change]) -> list[Change]:
-    """Edits of the same list for the same reason, as one."""
+    """Edits of the same list for the same reason, as one (what fix prints)."""
     out: dict[tuple, Change] = {}
     for c in changes:
-        k = (c.file, c.key, c.op, c.why)
-        out[k] = Change(*k[:3], out[k].values + c.values, c.why) if k in out else c
+        e = c.edit
+        if e is None or e.op not in ("extend", "discard"):
+            out[(id(c),)] = c
+            continue
+        k = (e.file, e.path, e.op, c.why)
+        if k in out:
+            prev = out[k]
+            assert prev.edit is not None
+            values = [*prev.edit.value, *(v for v in e.value if v not in prev.edit.value)]
+            out[k] = replace(prev, edit=replace(prev.edit, value=values), prefixes=prev.prefixes + c.prefixes)
+        else:
+            out[k] = c
     return list(out.values())
+
+
+def combined(changes: Sequence[Change], reencode: Sequence[str] = (), message: str = "") -> Fix | None:
+    """The changes as one finding's ``Fix``: their edits, the modules re-encoded, the
+    applicability of the strongest (a re-encode over a platform-specific edit over a safe one)."""
+    if not changes and not reencode:
+        return None
+    kinds = {c.applicability for c in changes} | ({Applicability.REENCODE} if reencode else set())
+    applicability = next(a for a in _STRENGTH if a in kinds)
+    platforms = sorted({p for c in changes for p in c.platforms}) if applicability == Applicability.PLATFORM else []
+    edits = tuple(c.edit for c in merged(changes) if c.edit is not None)
+    text = message or "; ".join(dict.fromkeys(f"{c} ({c.why})" for c in merged(changes)))
+    targets = tuple(dict.fromkeys(p for c in changes for p in c.prefixes))
+    return Fix(text, edits, applicability, tuple(platforms), tuple(reencode), targets)
+
+
+_STRENGTH = (Applicability.REENCODE, Applicability.PLATFORM, Applicability.SAFE)
 
 
 @dataclass
 class Overlay:
-    """Planned changes to one checkpoint: edited config copies and modules to re-encode."""
+    """Planned changes to one checkpoint: config edits (the configs are the originals with
+    them applied), modules to re-encode, index and tensor-name changes."""
 
     checkpoint: Checkpoint
     role: str  # TARGET or DRAFTER
-    config: dict[str, Any]
-    hf_quant_config: dict[str, Any] | None
     reencode: dict[str, str] = field(default_factory=dict)  # checkpoint module -> new format
-    changes: list[Change] = field(default_factory=list)  # what changed in the configs, and why
+    changes: list[Change] = field(default_factory=list)  # what changes, and why
     index_add: dict[str, str] = field(default_factory=dict)  # tensor -> file, for weight_map
     rename: dict[str, str] = field(default_factory=dict)  # tensor -> the name vLLM's loader maps
 
     @classmethod
     def of(cls, checkpoint: Checkpoint, role: str) -> Overlay:
-        hf = copy.deepcopy(dict(checkpoint.hf_quant_config)) if checkpoint.hf_quant_config else None
-        return cls(checkpoint, role, copy.deepcopy(dict(checkpoint.config or {})), hf)
+        return cls(checkpoint, role)
+
+    @property
+    def edits(self) -> list[ConfigEdit]:
+        return [c.edit for c in self.changes if c.edit is not None]
+
+    def _configs(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        c = self.checkpoint
+        return apply_all(self.edits, copy.deepcopy(dict(c.config or {})),
+                         copy.deepcopy(dict(c.hf_quant_config)) if c.hf_quant_config else None)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """config.json with every planned edit applied."""
+        return self._configs()[0]
+
+    @property
+    def hf_quant_config(self) -> dict[str, Any] | None:
+        return self._configs()[1]
 
     # -- where the claim lives ---------------------------------------------------
 
-    def quant_block(self) -> tuple[dict[str, Any], str]:
-        """The quantization block vLLM reads, and the file it lives in: config.json's
-        ``quantization_config`` first (weight_utils.get_quant_config), else
+    def quant_block(self) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+        """The quantization block vLLM reads, the file it lives in and its path there:
+        config.json's ``quantization_config`` first (weight_utils.get_quant_config), else
         hf_quant_config.json's ``quantization`` (ModelOpt's unified export)."""
-        cfg = self.config
+        cfg, hf = self._configs()
         for holder in (cfg, text_config(cfg)):
             qc = holder.get("quantization_config")
             if isinstance(qc, dict):
-                return qc, "config.json"
-        if isinstance(self.hf_quant_config, dict):
-            q = self.hf_quant_config.get("quantization")
-            return (q if isinstance(q, dict) else self.hf_quant_config), "hf_quant_config.json"
+                return qc, CONFIG_JSON, ("quantization_config",)
+        if isinstance(hf, dict):
+            q = hf.get("quantization")
+            return (q, HF_QUANT_JSON, ("quantization",)) if isinstance(q, dict) else (hf, HF_QUANT_JSON, ())
         raise Unrepairable(f"{self.checkpoint.name} [config.json]", "no quantization config to edit")
 
-    def add_entries(self, key: str, entries: Sequence[str], why: str) -> None:
-        block, file = self.quant_block()
+    def add_entries(self, key: str, entries: Sequence[str], why: str, prefixes: Sequence[str] = (),
+                    applicability: Applicability = Applicability.SAFE, platforms: Sequence[str] = ()) -> None:
+        block, file, path = self.quant_block()
         have = _entries(block, key)
         new = [e for e in entries if e not in have]
         if new:
-            block[key] = [*have, *new]
-            self.changes.append(Change(file, key, "+", tuple(new), why))
+            self.changes.append(Change(why, ConfigEdit(file, (*path, key), "extend", new), prefixes=tuple(prefixes),
+                                       applicability=applicability, platforms=tuple(platforms)))
 
-    def drop_entries(self, key: str, entries: Sequence[str], why: str) -> None:
-        block, file = self.quant_block()
-        have = _entries(block, key)
-        gone = [e for e in have if e in entries]
+    def drop_entries(self, key: str, entries: Sequence[str], why: str, pattern: str | None = None) -> None:
+        block, file, path = self.quant_block()
+        gone = [e for e in _entries(block, key) if e in entries]
         if gone:
-            block[key] = [e for e in have if e not in entries]
-            if not block[key]:
-                del block[key]
-            self.changes.append(Change(file, key, "-", tuple(gone), why))
+            self.changes.append(Change(why, ConfigEdit(file, (*path, key), "discard", gone), pattern=pattern))
 
-    def set_quant_key(self, key: str, value: Any, why: str) -> None:
+    def set_quant_key(self, key: str, value: Any, why: str, prefixes: Sequence[str] = ()) -> None:
         """A key of the quantization block itself (GPTQ's ``dynamic``), replaced whole."""
-        block, file = self.quant_block()
+        block, file, path = self.quant_block()
         if block.get(key) != value:
-            block[key] = value
-            self.changes.append(Change(file, key, "=", (value,), why))
+            self.changes.append(Change(why, ConfigEdit(file, (*path, key), "set", value), prefixes=tuple(prefixes)))
 
-    def set_key(self, key: str, value: Any, why: str) -> None:
+    def set_key(self, key: str, value: Any, why: str, prefixes: Sequence[str] = ()) -> None:
         """A top-level key of config.json's text config (``num_nextn_predict_layers``)."""
         holder = text_config(self.config)
         if not isinstance(holder, dict):
             raise Unrepairable(f"{self.checkpoint.name} [config.json]", "the text config is not an object")
         if holder.get(key) != value:
-            holder[key] = value
-            self.changes.append(Change("config.json", key, "=", (value,), why))
+            self.changes.append(Change(why, ConfigEdit(CONFIG_JSON, (key,), "set", value), prefixes=tuple(prefixes)))
 
     def index_outside_drafts(self, resolver: Resolver) -> None:
         """Name in the index the draft tensors stored only in files it never names: vLLM
@@ -140,13 +187,13 @@ class Overlay:
             return
         self.index_add.update({n: c.tensors[n].file for n in names})
         files = tuple(sorted({c.tensors[n].file for n in names}))
-        self.changes.append(Change("model.safetensors.index.json", "weight_map", "+", files,
-                                   f"{len(names)} draft tensor(s) the index never named"))
+        self.changes.append(Change(f"{len(names)} draft tensor(s) the index never named",
+                                   text=f"model.safetensors.index.json weight_map + {', '.join(files)}"))
 
     def rename_unmapped_experts(self, resolver: Resolver) -> None:
         """Routed-expert tensors named ``experts.{proj}.{e}`` (SG702): rewritten under
         ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
-        from specguard.engines.vllm.loader import MAPPED, expert_load, renamed
+        from specguard.engines.vllm.loader import MAPPED, expert_load, expert_module_mapped, renamed
         from specguard.layouts import roles as r
 
         found: dict[str, str] = {}
@@ -158,6 +205,8 @@ class Overlay:
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
+                if expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
+                    continue
                 for param in mod.params:
                     got = expert_load(f"{below}.{param}")
                     new = renamed(f"{below}.{param}")
@@ -169,15 +218,12 @@ class Overlay:
         self.rename.update(found)
         for shard in sorted({self.checkpoint.tensors[n].file for n in found}):
             n = sum(1 for k in found if self.checkpoint.tensors[k].file == shard)
-            self.changes.append(Change(shard, "tensor names", "=", ("experts.<proj>.<e> -> experts.<e>.<proj>",),
-                                       f"{n} expert tensor(s) vLLM's loader cannot map"))
+            self.changes.append(Change(f"{n} expert tensor(s) vLLM's loader cannot map",
+                                       text=f"{shard} tensor names: experts.<proj>.<e> -> experts.<e>.<proj>"))
 
     @property
     def changed(self) -> bool:
-        edits = bool(self.reencode) or bool(self.index_add) or bool(self.rename)
-        return edits or self.config != dict(self.checkpoint.config or {}) or (
-            self.hf_quant_config != (dict(self.checkpoint.hf_quant_config)
-                                     if self.checkpoint.hf_quant_config else None))
+        return bool(self.reencode or self.index_add or self.rename or self.edits)
 
 
 @dataclass
@@ -200,6 +246,7 @@ class Plan:
     platforms: tuple[str, ...]
     overlays: list[Overlay]  # target first, then a separate drafter
     problems: list[Problem]
+    refused: list[Unrepairable] = field(default_factory=list)  # lenient plans (lint's): what no strategy repairs
 
     @property
     def clean(self) -> bool:
@@ -207,6 +254,29 @@ class Plan:
 
     def pending(self, pick: Callable[[Problem], bool] = lambda p: True) -> list[Problem]:
         return [p for p in self.problems if not p.handled and pick(p)]
+
+    def overlay_of(self, checkpoint: Checkpoint) -> Overlay | None:
+        return next((ov for ov in self.overlays if ov.checkpoint is checkpoint), None)
+
+    def changes_for(self, checkpoint: Checkpoint, prefixes: Iterable[str]) -> tuple[list[Change], list[str]] | None:
+        """The planned changes that make ``prefixes`` route as stored, and the checkpoint modules
+        re-encoded for them (None: the plan does not repair every one of them)."""
+        ov = self.overlay_of(checkpoint)
+        want = set(prefixes)
+        if ov is None or not want:
+            return None
+        repaired = {p.route.prefix for p in self.problems if p.handled and p.overlay is ov}
+        if not want <= repaired:
+            return None
+        changes = [c for c in ov.changes if want & set(c.prefixes)]
+        names = {n for p in self.problems if p.overlay is ov and p.route.prefix in want
+                 for n in p.route.checkpoint_names}
+        return changes, sorted(n for n in ov.reencode if n in names)
+
+    def drops_for(self, checkpoint: Checkpoint, key: str) -> list[Change]:
+        """The planned drop of the dead exclusion entry at ``key`` (empty: the plan keeps it)."""
+        ov = self.overlay_of(checkpoint)
+        return [c for c in ov.changes if c.pattern == key] if ov is not None else []
 
 
 def open_resolvers(target: Checkpoint, drafter: Checkpoint | None, platform: str,
@@ -220,22 +290,36 @@ def open_resolvers(target: Checkpoint, drafter: Checkpoint | None, platform: str
 
 def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequence[str],
               draft_method: str | None = None) -> Plan:
-    overlays = [Overlay.of(target, TARGET)] + ([Overlay.of(drafter, DRAFTER)] if drafter else [])
+    """The repair ``specguard fix`` writes: every module routes as stored on every platform,
+    or :class:`Unrepairable`."""
+    return plan_for([(p, open_resolvers(target, drafter, p, draft_method)) for p in platforms])
+
+
+def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *, strict: bool = True) -> Plan:
+    """The one planner: lint asks it (``strict=False``, its own resolvers, one platform) for the
+    edits each finding proposes, ``specguard fix`` (``make_plan``) for the edits it writes."""
+    first = resolvers_by_platform[0][1]
+    overlays = [Overlay.of(first[0].checkpoint, TARGET)] + [Overlay.of(r.checkpoint, DRAFTER) for r in first[1:]]
     problems: list[Problem] = []
-    for platform in platforms:
-        for overlay, res in zip(overlays, open_resolvers(target, drafter, platform, draft_method), strict=True):
+    for platform, resolvers in resolvers_by_platform:
+        for overlay, res in zip(overlays, resolvers, strict=True):
             problems += [Problem(platform, overlay, res, rt) for rt in res.routes() if rt.verdict != OK]
             overlay.index_outside_drafts(res)
             overlay.rename_unmapped_experts(res)
-    plan = Plan(tuple(platforms), overlays, problems)
+    plan = Plan(tuple(p for p, _ in resolvers_by_platform), overlays, problems)
     if plan.clean:
         return plan
     from specguard.repair.strategies import STRATEGIES
 
     for strategy in STRATEGIES:
-        strategy.apply(plan, plan.pending())
+        try:
+            strategy.apply(plan, plan.pending())
+        except Unrepairable as e:
+            if strict:
+                raise
+            plan.refused.append(e)
     left = plan.pending()
-    if left:
+    if left and strict:
         p = left[0]
         raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {p.platform}: {p.route.reason}")
     return plan

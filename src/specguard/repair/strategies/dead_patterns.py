@@ -37,7 +37,7 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         for pat in r.declared_config.exclusions:
             if _hits(r, pat) & repaired[id(ov)] and _dead(r, pat):
                 key = re.sub(r"\[\d+\]$", "", pat.key).rsplit(".", 1)[-1]
-                ov.drop_entries(key, [pat.text], "matches no runtime prefix (SG101)")
+                ov.drop_entries(key, [pat.text], "matches no runtime prefix (SG101)", pattern=pat.key)
 
 
 def _dead(r: Resolver, pat: Pattern) -> bool:

@@ -10,6 +10,12 @@ from specguard.repair.plan import Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import settle
 from specguard.resolve import MISSING
 
+# vLLM 0.33 config/speculative.py SpeculativeConfig.__post_init__ takes n_predict from
+# num_nextn_predict_layers and tests ``num_speculative_tokens % n_predict``: 0 layers and an
+# MTP --speculative-config stop the start-up with ZeroDivisionError.
+NO_DRAFTER = ("the model then has no drafter: serve it without --speculative-config (vLLM 0.33 with an MTP "
+              "speculative config fails at start-up with ZeroDivisionError)")
+
 
 def apply(plan: Plan, problems: list[Problem]) -> None:
     absent = [p for p in problems if p.route.verdict == MISSING and p.route.stored is None
@@ -25,6 +31,9 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
                 or "dspark_target_layer_ids" in cfg:
             raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "
                                         "MTP config to the trailing layers stored")
-        p.overlay.set_key("num_nextn_predict_layers", len(stored),
-                          f"{layout.num_draft_layers} declared, {len(stored)} stored")
+        why = f"{layout.num_draft_layers} declared, {len(stored)} stored"
+        if not stored:
+            why += f"; {NO_DRAFTER}"
+        p.overlay.set_key("num_nextn_predict_layers", len(stored), why,
+                          [q.route.prefix for q in absent if q.overlay is p.overlay])
     settle(absent)

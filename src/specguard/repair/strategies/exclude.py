@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 
-from specguard.declared import COMPRESSED_TENSORS, MODELOPT, Pattern
+from specguard.declared import CT_MATCH, MODELOPT_EXCLUDE, Pattern
+from specguard.declared.edits import Applicability
 from specguard.declared.model import Semantics
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.layouts import roles as r
@@ -43,26 +44,27 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     settle(q for ps in groups.values() for q in ps)
 
 
-def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str) -> None:
+def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
+            applicability: Applicability = Applicability.SAFE) -> None:
     """Add the entries that make vLLM build ``prefixes`` unquantized."""
     stack = resolver.declared_config.stack
     if stack in ("fp8", "deepseek_v4_fp8"):
-        overlay.add_entries("ignored_layers", _exact(prefixes), why)
+        overlay.add_entries("ignored_layers", _exact(prefixes), why, prefixes, applicability)
     elif stack == "compressed-tensors":
-        overlay.add_entries("ignore", _grouped(resolver, prefixes, COMPRESSED_TENSORS), why)
+        overlay.add_entries("ignore", _grouped(resolver, prefixes, CT_MATCH), why, prefixes, applicability)
     elif stack == "modelopt":
-        block, _ = overlay.quant_block()
+        block, _, _ = overlay.quant_block()
         key = "ignore" if "ignore" in block else "exclude_modules"
-        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT), why)
+        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT_EXCLUDE), why, prefixes, applicability)
     elif stack == "gptq":
-        block, _ = overlay.quant_block()
+        block, _, _ = overlay.quant_block()
         quantized = [rt.prefix for rt in resolver.routes() if rt.stored is not None and rt.stored.quantized]
         fixed = gptq_dynamic_fix(dict(block.get("dynamic") or {}), prefixes, quantized)
         if fixed is None:
             raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                                f"no dynamic rule excludes only {', '.join(prefixes)}: a '-:' rule naming mtp "
                                "builds every MTP layer unquantized (qwen3_5_mtp.py), quantized ones too")
-        overlay.set_quant_key("dynamic", fixed, why)
+        overlay.set_quant_key("dynamic", fixed, why, prefixes)
     else:
         raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                            f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")

@@ -9,6 +9,7 @@ which every class honours first (``is_layer_skipped`` ->
 
 from __future__ import annotations
 
+from specguard.declared.edits import Applicability
 from specguard.formats import scheme as s
 from specguard.repair.plan import Plan, Problem
 from specguard.repair.strategies.common import by_module, mxfp4_experts_built_nvfp4, settle
@@ -26,5 +27,5 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         for name in p.route.checkpoint_names:
             p.overlay.reencode[name] = s.BF16
         exclude(p.overlay, p.resolver, [p.route.prefix],
-                "re-encoded BF16: unquantized on every class")
+                "re-encoded BF16: unquantized on every class", Applicability.REENCODE)
         settle(ps)

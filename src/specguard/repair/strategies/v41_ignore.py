@@ -6,9 +6,12 @@ ModelOpt-style ``quantization_config.ignore`` by ``fnmatchcase``."""
 
 from __future__ import annotations
 
-from specguard.engines.vllm.v0_33 import v41_ignore_name
+from specguard.declared.edits import Applicability
+from specguard.engines.vllm.v0_33 import PLATFORMS, v41_ignore_name
 from specguard.repair.plan import Plan, Problem
 from specguard.repair.strategies.common import by_module, mxfp4_experts_built_nvfp4, num_hidden_layers, settle
+
+V41_PLATFORMS = tuple(p for p in PLATFORMS if p != "cpu")  # the platform classes vLLM gives the V4.1 class
 
 
 def apply(plan: Plan, problems: list[Problem]) -> None:
@@ -19,5 +22,6 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         name = v41_ignore_name(p.route.prefix, n)
         if name is None:
             continue
-        p.overlay.add_entries("ignore", [name], "V4.1 class (CUDA/ROCm) builds them MXFP4")
+        p.overlay.add_entries("ignore", [name], "V4.1 class (CUDA/ROCm) builds them MXFP4", [p.route.prefix],
+                              Applicability.PLATFORM, V41_PLATFORMS)
         settle(ps)

@@ -1,4 +1,5 @@
-"""SG7xx: tensors stored under names the engine's loader maps to no parameter."""
+"""SG7xx: what the engine does with the checkpoint at start-up and while loading: it refuses it
+(SG701), or its weight loader maps tensors to no parameter (SG702)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,22 @@ from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
+
+SG701 = rule("SG701", "engine-will-not-start", ERROR,
+      "vLLM 0.33 refuses this checkpoint at start-up or while loading its weights: it will not serve.")
+
+
+@SG701
+def will_not_start(ctx: LintContext) -> Iterator[Finding]:
+    for res in ctx.resolvers:
+        for why in res.vllm.refusals(res.table.modules):
+            where = f": {describe(why.names)}" if why.names else ""
+            yield SG701.finding(f"{res.vllm.name} will not start: it stops at {why.stage} with {why.raises}, because "
+                f"{why.because}{where}",
+                why.names,
+                "store the checkpoint in a format this engine loads (`specguard rule SG701`)",
+                data={"stage": why.stage, "raises": why.raises},
+            )
 
 
 def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
@@ -41,9 +58,12 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
                 yield name, ".".join(x for x in (below, param) if x), t is not None and len(t.shape) == 3
 
 
-@rule("SG702", "tensors-no-engine-parameter-takes", ERROR,
+SG702 = rule("SG702", "tensors-no-engine-parameter-takes", ERROR,
       "Tensors are stored under names the engine's weight loader maps to no parameter: they stop the load "
       "or are silently dropped, leaving the parameters they were meant for unwritten.")
+
+
+@SG702
 def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
     fails: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
@@ -65,9 +85,7 @@ def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
                      f"{dict(fails).get(example, fails[0][1])!r}, AttributeError)")
     if skipped:
         parts.append(f"{len(skipped)} match nothing and are skipped (w13 parameters unwritten)")
-    yield Finding(
-        "SG702", ERROR,
-        f"{len(names)} routed-expert tensor(s) put the expert index after the projection "
+    yield SG702.finding(f"{len(names)} routed-expert tensor(s) put the expert index after the projection "
         f"({example}); {'; '.join(parts)}: {describe(names)}",
         names,
         f"store them as experts.<e>.<projection>.<tensor> (e.g. {fixed})",

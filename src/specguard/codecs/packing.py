@@ -23,6 +23,8 @@ from specguard.formats.scheme import (
     MXFP8,
     NVFP4,
 )
+from specguard.formats.sniff import E8M0
+from specguard.formats.specs import scale_element
 
 # Scale shape kinds.
 SCALAR = "scalar"  # shape []
@@ -58,7 +60,11 @@ class PackLayout:
     input_shape: str = SCALAR
     extras: tuple[str, ...] = ()  # other tensors the layout writes
     separator: str = "."  # between module name and suffix ("_" for gpt-oss)
-    e8m0_scale: bool = False  # the scale holds E8M0 exponents whatever its dtype
+
+    @property
+    def e8m0_scale(self) -> bool:
+        """The scale holds E8M0 exponents whatever its dtype (the format's spec says: formats/specs.py)."""
+        return scale_element(self.format, self.convention) == E8M0
 
     def tensor_name(self, module: str, suffix: str) -> str:
         return f"{module}{self.separator}{suffix}"
@@ -92,17 +98,15 @@ LAYOUTS: dict[tuple[str, str], PackLayout] = {
         packing=FP4, global_scale="weight_global_scale", global_reciprocal=True,
         global_shape=ONE, input_scale="input_global_scale", input_shape=ONE),
     (MXFP4, DEEPSEEK): PackLayout(
-        MXFP4, DEEPSEEK, "weight", "I8", ("scale",), "F8_E8M0", (1, 32), packing=FP4,
-        e8m0_scale=True),
+        MXFP4, DEEPSEEK, "weight", "I8", ("scale",), "F8_E8M0", (1, 32), packing=FP4),
     (MXFP4, COMPRESSED_TENSORS): PackLayout(
         MXFP4, COMPRESSED_TENSORS, "weight_packed", "U8", ("weight_scale",), "U8", (1, 32),
-        packing=FP4, e8m0_scale=True),
+        packing=FP4),
     (MXFP4, GPT_OSS): PackLayout(
         MXFP4, GPT_OSS, "blocks", "U8", ("scales",), "U8", (1, 32), packing=FP4_GPT_OSS,
-        separator="_", e8m0_scale=True),
+        separator="_"),
     (MXFP8, COMPRESSED_TENSORS): PackLayout(
-        MXFP8, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "U8", (1, 32),
-        e8m0_scale=True),
+        MXFP8, COMPRESSED_TENSORS, "weight", _E4M3, ("weight_scale",), "U8", (1, 32)),
     (INT4_GROUP, COMPRESSED_TENSORS): PackLayout(
         INT4_GROUP, COMPRESSED_TENSORS, "weight_packed", "I32", ("weight_scale",), "BF16",
         (1, 128), packing=INT4_ROWS, extras=("weight_shape",)),
