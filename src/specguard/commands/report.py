@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from specguard._version import __version__
 from specguard.commands.route import resolvers as open_resolvers
