@@ -66,7 +66,18 @@ class LintContext:
 
 
 def describe(names: Iterable[str], limit: int = 4) -> str:
-    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
-    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
-    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
+    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``. Every label
+    names exactly the modules it stands for: modules are grouped by parent, and parents
+    share a label only when they hold the same leaves (``layers 1-3 · mlp · experts,gate``
+    never stands for a layer without a gate); ``(+N more)`` counts the modules not shown."""
+    leaves: dict[str, list[str]] = {}
+    for n in dict.fromkeys(names):
+        parent, _, leaf = n.rpartition(".")
+        if not parent or leaf.isdigit():
+            parent, leaf = n, ""
+        leaves.setdefault(parent, []).append(leaf)
+    runs = group_runs((parent, tuple(ls), len(ls)) for parent, ls in leaves.items())
+    labels = [" · ".join(x for x in (run.label(), ",".join(run.key)) if x) for run in runs]  # type: ignore[arg-type]
+    hidden = sum(n for run in runs[limit:] for n in run.items)  # type: ignore[misc]
+    more = f" (+{hidden} more)" if len(labels) > limit else ""
     return "; ".join(labels[:limit]) + more
