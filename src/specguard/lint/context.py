@@ -76,8 +76,10 @@ def describe(names: Iterable[str], limit: int = 4) -> str:
         if not parent or leaf.isdigit():
             parent, leaf = n, ""
         leaves.setdefault(parent, []).append(leaf)
-    runs = group_runs((parent, tuple(ls), len(ls)) for parent, ls in leaves.items())
-    labels = [" · ".join(x for x in (run.label(), ",".join(run.key)) if x) for run in runs]  # type: ignore[arg-type]
+    runs = group_runs((f"{parent}.{ls[0]}" if ls[0] else parent, tuple(ls), len(ls)) for parent, ls in leaves.items())
+    for run in runs:  # a run's parents all hold the same leaves (its key)
+        run.leaves = [leaf for leaf in run.key if leaf]  # type: ignore[attr-defined]
+    labels = [run.label() for run in runs]
     hidden = sum(n for run in runs[limit:] for n in run.items)  # type: ignore[misc]
     more = f" (+{hidden} more)" if len(labels) > limit else ""
     return "; ".join(labels[:limit]) + more
