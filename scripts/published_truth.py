@@ -93,6 +93,25 @@ def _recorders(stack: ExitStack, cls: type) -> None:
         mp.setattr(cls, "_make_moe_method", lambda self, moe: type("Mxfp4MoEMethod", (), {})())
 
 
+# Draft modules the MTP model builds as a plain torch ``nn.Linear`` (no quant config reaches
+# them), checked in the installed source of the class that builds them (``plain_in_source``).
+PLAIN_LINEAR = {
+    "DeepseekV3ForCausalLM": ("vllm.model_executor.models.deepseek_mtp", "DeepSeekMultiTokenPredictorLayer"),
+    "Glm4MoeForCausalLM": ("vllm.model_executor.models.glm4_moe_mtp", "Glm4MoeMultiTokenPredictorLayer"),
+}
+
+
+def plain_in_source(arch: str, leaf: str) -> bool:
+    """Does vLLM's MTP layer class for ``arch`` build ``self.{leaf}`` as ``nn.Linear``?"""
+    import inspect
+
+    where = PLAIN_LINEAR.get(arch)
+    if where is None:
+        return False
+    cls = getattr(importlib.import_module(where[0]), where[1])
+    return f"self.{leaf} = nn.Linear(" in inspect.getsource(cls.__init__)
+
+
 def _layer(kind: str) -> Any:
     from vllm.model_executor.layers.fused_moe import RoutedExperts
     from vllm.model_executor.layers.linear import LinearBase
@@ -138,7 +157,10 @@ def truth(name: str, path: Path) -> dict[str, str]:
         for rt in r.routes():
             if rt.kind in ("norm", "other") or rt.stored is None:
                 continue
-            if r.vllm.built_without_quant_config(rt.prefix, rt.kind):
+            if rt.role.is_draft and plain_in_source(cfg["architectures"][0], rt.prefix.rsplit(".", 1)[-1]):
+                out[rt.prefix] = NO_QUANT_CONFIG + " (nn.Linear)"
+                continue
+            if r.vllm.built_without_quant_config(rt.prefix, rt.kind):  # routers: GateLinear(quant_config=None)
                 out[rt.prefix] = NO_QUANT_CONFIG
                 continue
             if obj is None:

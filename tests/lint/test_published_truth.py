@@ -33,7 +33,12 @@ def _script(name: str):
 
 truth_script = _script("published_truth")
 published = truth_script._published()
+PLANS = pytest.mark.xfail(strict=True, reason="needs recorded plans (issue 26, i26a)")
+# GLM's nextn eh_proj is a plain nn.Linear (glm4_moe_mtp.py); specguard's hand-written GLM
+# layout does not know it, so where no exclusion covers it, it is claimed ModelOptLinearMethod.
+NEEDS_PLANS = {"glm-4.7-nvfp4-mtp-not-excluded"}
 NAMES = sorted(p.parent.name for p in DATA.glob("*/truth.json"))
+CASES = [pytest.param(n, marks=PLANS) if n in NEEDS_PLANS else n for n in NAMES]
 UNQUANTIZED = {"UnquantizedLinearMethod", "UnquantizedEmbeddingMethod", "UnquantizedFusedMoEMethod"}
 
 
@@ -54,14 +59,14 @@ def test_truth_is_what_the_installed_vllm_answers(checkpoints, name):
 
 
 def _same(ours: str, kind: str, truth: str) -> bool:
-    if truth == truth_script.NO_QUANT_CONFIG or truth.startswith("unquantized"):
+    if truth.startswith(truth_script.NO_QUANT_CONFIG) or truth.startswith("unquantized"):
         return ours in UNQUANTIZED or ours == "None"
     if truth == "None":  # vLLM then builds the layer's default method
         return ours in ("None", "UnquantizedEmbeddingMethod") if kind in ("embedding", "head") else ours == "None"
     return ours == truth
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 def test_specguard_builds_what_vllm_builds(checkpoints, name):
     held = json.loads((DATA / name / "truth.json").read_text())
     r = Resolver.open(checkpoints[name])
@@ -70,3 +75,20 @@ def test_specguard_builds_what_vllm_builds(checkpoints, name):
     wrong = {p: (routes[p].vllm.method, t) for p, t in held.items()
              if not _same(routes[p].vllm.method, routes[p].kind, t)}
     assert not wrong, wrong
+
+
+def _quantized(truth: str) -> bool:
+    return not (truth.startswith((truth_script.NO_QUANT_CONFIG, "unquantized")) or truth == "None"
+                or truth in UNQUANTIZED)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_misroutes_are_exactly_the_truths(checkpoints, name):
+    """Every module vLLM 0.33 builds quantized over unquantized storage, or unquantized over
+    quantized storage (its real get_quant_method, truth.json), is misrouted, and nothing else."""
+    held = json.loads((DATA / name / "truth.json").read_text())
+    r = Resolver.open(checkpoints[name])
+    routes = {rt.prefix: rt for rt in r.routes()}
+    truth = {p for p, t in held.items() if routes[p].stored.quantized != _quantized(t)}
+    ours = {p for p, rt in routes.items() if rt.verdict == "misrouted"}
+    assert ours == truth
