@@ -226,9 +226,10 @@ def build_report(views: Sequence[EngineView], *, fix: dict, fail_on: str = "warn
     cells: list[dict] = []
     grid = []
     for row_key in sorted(rows):
-        line = {"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": {}}
+        cells_of: dict[str, int] = {}
+        line = {"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": cells_of}
         for col, members in rows[row_key].items():
-            line["cells"][col] = len(cells)
+            cells_of[col] = len(cells)
             cells.append(_cell(members, routes, len(views)))
         grid.append(line)
     return {
