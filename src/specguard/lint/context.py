@@ -69,7 +69,7 @@ def describe(names: Iterable[str], limit: int = 4) -> str:
     """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``. Every label
     names exactly the modules it stands for: modules are grouped by parent, and parents
     share a label only when they hold the same leaves (``layers 1-3 · mlp · experts,gate``
-    never stands for a layer without a gate); ``(+N more)`` counts the modules not shown."""
+    never stands for a layer without a gate); ``(+N more)`` counts the labels not shown."""
     leaves: dict[str, list[str]] = {}
     for n in dict.fromkeys(names):
         parent, _, leaf = n.rpartition(".")
@@ -80,6 +80,5 @@ def describe(names: Iterable[str], limit: int = 4) -> str:
     for run in runs:  # a run's parents all hold the same leaves (its key)
         run.leaves = [leaf for leaf in run.key if leaf]  # type: ignore[attr-defined]
     labels = [run.label() for run in runs]
-    hidden = sum(n for run in runs[limit:] for n in run.items)  # type: ignore[misc]
-    more = f" (+{hidden} more)" if len(labels) > limit else ""
+    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
     return "; ".join(labels[:limit]) + more
