@@ -226,12 +226,11 @@ def build_report(views: Sequence[EngineView], *, fix: dict, fail_on: str = "warn
     cells: list[dict] = []
     grid = []
     for row_key in sorted(rows):
-        cells_of: dict[str, int] = {}
-        line = {"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": cells_of}
+        where: dict[str, int] = {}
         for col, members in rows[row_key].items():
-            cells_of[col] = len(cells)
+            where[col] = len(cells)
             cells.append(_cell(members, routes, len(views)))
-        grid.append(line)
+        grid.append({"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": where})
     return {
         "schema": REPORT_SCHEMA,
         "specguard": __version__,
