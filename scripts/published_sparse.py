@@ -313,6 +313,59 @@ def eagle3(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
     yield Tensor("t2d", "BOOL", (v,))
 
 
+def _glm_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) -> Iterator[Tensor]:
+    """One Glm4MoeDecoderLayer as zai-org's checkpoints name it (vLLM 0.33 glm4_moe.py):
+    q/k/v with bias, o_proj, q_norm/k_norm (``use_qk_norm``), a dense MLP below
+    ``first_k_dense_replace``, else router (+ F32 ``e_score_correction_bias``), routed
+    and shared experts. Attention is always BF16 in the NVFP4 export; ``lin`` writes the MLP."""
+    h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    yield from bf16(f"{p}.input_layernorm.weight", h)
+    for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+        yield from bf16(f"{p}.self_attn.{proj}.weight", out, h)
+        yield from bf16(f"{p}.self_attn.{proj}.bias", out)
+    yield from bf16(f"{p}.self_attn.o_proj.weight", h, heads * hd)
+    if c.get("use_qk_norm"):
+        yield from bf16(f"{p}.self_attn.q_norm.weight", hd)
+        yield from bf16(f"{p}.self_attn.k_norm.weight", hd)
+    yield from bf16(f"{p}.post_attention_layernorm.weight", h)
+    yield from _v3_mlp(p, c, i, lin)
+
+
+def glm4_moe(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
+    """GLM-4.5/4.6/4.7 (``Glm4MoeForCausalLM``): BF16 attention; MLP and experts NVFP4
+    (ModelOpt, ``hq`` given) except ``exclude_modules``, else BF16; the nextn layer at
+    ``model.layers.{N}`` stored BF16 whole (``mtp.safetensors`` of the release, grafted
+    into NVIDIA's export): ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.{norm,head}``,
+    ``embed_tokens`` and one MoE decoder layer (vLLM 0.33 glm4_moe_mtp.py)."""
+    from fnmatch import fnmatch
+
+    h, v = c["hidden_size"], c["vocab_size"]
+    excluded = [] if hq is None else hq["quantization"]["exclude_modules"]
+
+    def lin(module: str, out: int, inp: int) -> Iterator[Tensor]:
+        if hq is None or any(e in module or fnmatch(module, e) for e in excluded):
+            return bf16(f"{module}.weight", out, inp)
+        return nvfp4_modelopt(module, out, inp)
+
+    def plain(module: str, out: int, inp: int) -> Iterator[Tensor]:
+        return bf16(f"{module}.weight", out, inp)
+
+    yield from bf16("model.embed_tokens.weight", v, h)
+    for i in range(layers):
+        yield from _glm_layer(f"model.layers.{i}", c, i, lin)
+    yield from bf16("model.norm.weight", h)
+    yield from bf16("lm_head.weight", v, h)
+    for j in range(c.get("num_nextn_predict_layers", 0)):
+        p = f"model.layers.{layers + j}"
+        yield from bf16(f"{p}.enorm.weight", h)
+        yield from bf16(f"{p}.hnorm.weight", h)
+        yield from bf16(f"{p}.eh_proj.weight", h, 2 * h)
+        yield from bf16(f"{p}.shared_head.norm.weight", h)
+        yield from bf16(f"{p}.shared_head.head.weight", v, h)
+        yield from bf16(f"{p}.embed_tokens.weight", v, h)
+        yield from _glm_layer(p, c, c["first_k_dense_replace"], plain)  # the nextn layer is MoE
+
+
 BITS["BOOL"] = 8
 MODELS: dict[str, Callable[[dict, dict | None, int], Iterator[Tensor]]] = {
     "deepseek-v3-fp8": deepseek_v3,
@@ -322,6 +375,9 @@ MODELS: dict[str, Callable[[dict, dict | None, int], Iterator[Tensor]]] = {
     "mimo-7b": mimo,
     "gpt-oss-20b": gpt_oss,
     "eagle3-llama3.1-8b": eagle3,
+    "glm-4.7-nvfp4": glm4_moe,
+    "glm-4.7-nvfp4-mtp-not-excluded": glm4_moe,
+    "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names": glm4_moe,
 }
 
 
@@ -396,8 +452,21 @@ def write_shard(path: Path, tensors: list[Tensor]) -> None:
 
 
 def _layer_of(pattern: str) -> int | None:
-    m = re.search(r"\.layers\.(\d+)\.", pattern)
+    m = re.search(r"\.layers\.(\d+)(?:\.|\*|$)", pattern)
     return int(m.group(1)) if m else None
+
+
+def _keep_exclude(entries: list[str], n_full: int, n: int) -> list[str]:
+    """The exclude list of the kept layers: entries of a dropped main layer go, entries
+    naming a draft layer (index >= the published layer count) follow it to its new index."""
+    out = []
+    for e in entries:
+        layer = _layer_of(e)
+        if layer is None or layer < n:
+            out.append(e)
+        elif layer >= n_full:
+            out.append(re.sub(rf"\.layers\.{layer}(?=\.|\*|$)", f".layers.{n + layer - n_full}", e))
+    return out
 
 
 def load_config(name: str) -> tuple[dict, dict | None]:
@@ -414,10 +483,10 @@ def build(name: str, out: Path, layers: int | None = None) -> Path:
     if name.startswith("eagle3"):
         n = 1
     cfg = {**cfg, "num_hidden_layers": n} if not name.startswith("eagle3") else cfg
+    full = json.loads((DATA / name / "config.json").read_text())["num_hidden_layers"]
     if hq is not None and layers is not None:  # the exclude list follows the kept layers
         q = hq["quantization"]
-        kept = [e for e in q["exclude_modules"] if _layer_of(e) is None or _layer_of(e) < n]
-        hq = {**hq, "quantization": {**q, "exclude_modules": kept}}
+        hq = {**hq, "quantization": {**q, "exclude_modules": _keep_exclude(q["exclude_modules"], full, n)}}
     tensors = list(MODELS[name](cfg, hq, n))
     out.mkdir(parents=True, exist_ok=True)
     groups = shards(tensors)

@@ -98,11 +98,14 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": 
 
 
 EXIT_CODES = "exit codes: 0 ok; 1 {what}; 2 bad input or usage (one line on stderr); 130 interrupted"
+UNVOUCHED = (f"; 3 could not vouch: nothing else wrong, but specguard does not model what {ENGINE} builds for "
+             "some module (a verdict `unknown`, SG205)")
 
 
-def _command(sub: Any, name: str, help: str, exits: str, description: str | None = None) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=description or help,
-                       epilog=EXIT_CODES.format(what=exits) if exits else None)
+def _command(sub: Any, name: str, help: str, exits: str, description: str | None = None,
+             vouches: bool = False) -> argparse.ArgumentParser:
+    epilog = EXIT_CODES.format(what=exits) + (UNVOUCHED if vouches else "") if exits else None
+    p = sub.add_parser(name, help=help, description=description or help, epilog=epilog)
     # --debug is accepted after the command too (``specguard lint --debug``).
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the traceback behind an error (exit code unchanged)")
@@ -136,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     p = _command(sub, "route", f"each runtime module to the scheme it is stored in, next to {ENGINE}'s choice",
-                 "a module is misrouted, missing or names an exclusion pattern that matches nothing")
+                 "a module is misrouted, missing, refused or names an exclusion pattern that matches nothing",
+                 vouches=True)
     _source_args(p)
     _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
     p.add_argument("--json", action="store_true",
@@ -146,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_route)
 
     p = _command(sub, "lint", "every contradiction between config and disk, as stable rules",
-                 "a finding at least as severe as --fail-on")
+                 "a finding (other than SG205) at least as severe as --fail-on", vouches=True)
     _source_args(p)
     _draft_args(p, "separate drafter checkpoint, linted with the target")
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text",
@@ -199,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; the exit code (0 ok, 1 findings, 2 bad input or usage, 130 Ctrl-C)."""
+    """Run one command; the exit code (0 ok, 1 findings, 2 bad input or usage, 3 route/lint could
+    not vouch for every module, 130 Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in PASSTHROUGH:

@@ -23,7 +23,7 @@ from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
-from specguard.engines import EngineChoice, EngineModel
+from specguard.engines import NOT_MODELLED, EngineChoice, EngineModel
 from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
@@ -45,10 +45,11 @@ class Verdict(Vocabulary):
     MISROUTED = "misrouted"  # the modelled engine builds a method that cannot read what is stored
     MISSING = "missing"  # nothing (or not everything the build needs) is stored
     REFUSED = "refused"  # the engine stops before serving (engines/vllm/startup.py; lint SG701)
+    UNKNOWN = "unknown"  # specguard cannot say what the engine builds (no model of it): never ok (lint SG205)
 
 
 OK, MISROUTED, MISSING = Verdict.OK, Verdict.MISROUTED, Verdict.MISSING
-REFUSED = Verdict.REFUSED
+REFUSED, UNKNOWN = Verdict.REFUSED, Verdict.UNKNOWN
 NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
@@ -419,8 +420,10 @@ def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
-    if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
-        return OK, f"stored {stored.short()}; what {engine} builds ({vllm.method}) is not modelled: {vllm.reason}"
+    if vllm.method == NOT_MODELLED:  # a quant stack specguard does not model: it cannot vouch either way
+        return UNKNOWN, f"stored {stored.short()}; what {engine} builds is not modelled: {vllm.reason}"
+    if vllm.scheme.format == s.UNKNOWN:  # the engine raises, or does not build the module: no claim either way
+        return OK, f"stored {stored.short()}; {engine}: {vllm.method} ({vllm.reason})"
     if not same_build(stored, vllm.scheme):
         return MISROUTED, f"stored {stored.short()}, {engine} builds {vllm.method} ({vllm.reason}){pattern_note}"
     if missing:

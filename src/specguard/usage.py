@@ -15,6 +15,7 @@ from typing import NoReturn
 from specguard.errors import SpecguardError, UsageError
 
 EXIT_BAD_INPUT = 2
+EXIT_UNVOUCHED = 3  # route/lint: nothing wrong found, but some module specguard could not vouch for
 EXIT_INTERRUPTED = 130
 
 

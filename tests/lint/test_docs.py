@@ -239,6 +239,10 @@ VARIANTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "gptq-g48": ("ar_w4g128_gptq", _gptq_group48),
     "q2-fixed": ("q2", _index_extra_file),
     "q3-fixed": ("q3", lambda d: _edit_tensors(d, _expert_first)),
+    # Meta's FBGEMM FP8 releases' quantization_config (a stack specguard does not model: SG205)
+    "ct_fp8_dynamic-fbgemm": ("ct_fp8_dynamic", lambda d: _edit_config(d, lambda c: c.update(quantization_config={
+        "quant_method": "fbgemm_fp8", "modules_to_not_convert": ["model.layers.1.mlp.gate", "lm_head"],
+        "activation_scale_ub": 1200.0}))),
 }
 
 

@@ -34,6 +34,13 @@ EXPECTED = {
     "mimo-7b": set(),
     "gpt-oss-20b": set(),
     "eagle3-llama3.1-8b": set(),
+    # GLM-4.7 NVFP4 with the nextn layer grafted in BF16 (SOURCES.md): excluded by its runtime
+    # prefix it loads; not excluded, vLLM builds its attention, experts and head NVFP4 over BF16
+    # (truth.json: ModelOpt's real get_quant_method); excluded by checkpoint names, its head
+    # (runtime prefix model.layers.N.head) is still built NVFP4 and the entry is dead.
+    "glm-4.7-nvfp4": set(),
+    "glm-4.7-nvfp4-mtp-not-excluded": {"SG203"},
+    "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names": {"SG203", "SG101"},
 }
 
 
@@ -54,7 +61,7 @@ def test_published_checkpoint_findings(checkpoints, name):
     assert {f.code for f in findings} == EXPECTED[name], [f"{f.code}: {f.message}" for f in findings]
     bad = [(rt.prefix, rt.verdict, rt.reason) for rt in r.routes()
            if rt.verdict != "ok" and not (name == "deepseek-r1-nvfp4" and rt.verdict == "missing")]
-    assert not bad
+    assert not bad or EXPECTED[name] & {"SG203"}  # misroutes: test_published_truth.py says which
 
 
 def test_fused_shard_exclusions_are_live(checkpoints):

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from specguard.commands.route import resolvers
 from specguard.errors import UsageError
-from specguard.lint import lint, severity_rank
+from specguard.lint import Finding, lint, severity_rank
 from specguard.lint import output as out
 from specguard.lint.registry import unknown_codes
 from specguard.terminal import console
+from specguard.usage import EXIT_UNVOUCHED
+
+UNVOUCHED_CODE = "SG205"  # lint/rules_routing.py build_unknown: modules specguard cannot vouch for
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -36,7 +40,14 @@ def run_lint(args: argparse.Namespace) -> int:
     else:
         out.text(result.findings, source, console(), bytes_read=result.bytes_read,
                  total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
-    worst = result.worst()
-    if args.fail_on == "never" or worst is None:
+    return exit_code(result.findings, args.fail_on)
+
+
+def exit_code(findings: Sequence[Finding], fail_on: str) -> int:
+    """1: a finding at least as severe as ``fail_on``; else 3 (could not vouch) where SG205
+    reports modules specguard does not model; else 0. ``never``: always 0."""
+    if fail_on == "never":
         return 0
-    return 1 if severity_rank(worst) >= severity_rank(args.fail_on) else 0
+    if any(f.code != UNVOUCHED_CODE and severity_rank(f.severity) >= severity_rank(fail_on) for f in findings):
+        return 1
+    return EXIT_UNVOUCHED if any(f.code == UNVOUCHED_CODE for f in findings) else 0

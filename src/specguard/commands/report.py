@@ -23,14 +23,15 @@ from importlib import resources
 from pathlib import Path
 
 from specguard._version import __version__
+from specguard.commands.lint import exit_code as lint_exit_code
 from specguard.commands.route import resolvers as open_resolvers
 from specguard.commands.route import route_record
 from specguard.errors import SpecguardError, UsageError
 from specguard.layouts.roles import EMBEDDING_KIND, HEAD_KIND, NORM, ROUTED_EXPERTS, role_label
 from specguard.layouts.runs import group_runs
-from specguard.lint import LintResult, lint, severity_rank
+from specguard.lint import LintResult, lint
 from specguard.lint.registry import RULES, rule_doc
-from specguard.resolve import OK, Resolver, Route
+from specguard.resolve import OK, UNKNOWN, Resolver, Route
 
 REPORT_SCHEMA = 1
 
@@ -258,9 +259,9 @@ def _cell(members: list[int], routes: list[dict], n_engines: int) -> dict:
 
 def _engine_summary(view: EngineView, fail_on: str) -> dict:
     counts = Counter(str(rt.verdict) for _, rt in view.routes)
-    worst = view.lint.worst()
-    exit_code = 0 if fail_on == "never" or worst is None else int(severity_rank(worst) >= severity_rank(fail_on))
-    verdict = "loads as stored" if set(counts) <= {str(OK)} else "does not load as stored"
+    exit_code = lint_exit_code(view.lint.findings, fail_on)  # the code `specguard lint` exits with
+    verdict = ("loads as stored" if set(counts) <= {str(OK)}
+               else "could not vouch" if set(counts) <= {str(OK), str(UNKNOWN)} else "does not load as stored")
     return {"name": view.name, "verdict": verdict, "counts": dict(counts), "lint_exit": exit_code,
             "fail_on": fail_on, "findings": len(view.lint.findings)}
 

@@ -15,10 +15,11 @@ from specguard.errors import UsageError
 from specguard.formats.scheme import Scheme
 from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
-from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, Resolver, Route, Verdict
+from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, UNKNOWN, Resolver, Route, Verdict
 from specguard.terminal import console, escape, print_table
+from specguard.usage import EXIT_UNVOUCHED
 
-_VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", REFUSED: "bold red"}
+_VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", REFUSED: "bold red", UNKNOWN: "magenta"}
 
 
 def resolvers(args: argparse.Namespace) -> list[Resolver]:
@@ -44,7 +45,8 @@ def run_route(args: argparse.Namespace) -> int:
     else:
         render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
                show_ok=args.all)
-    return 1 if any(rt.verdict != OK for _, rt in routes) else 0
+    verdicts = {rt.verdict for _, rt in routes} - {OK}
+    return 1 if verdicts - {UNKNOWN} else EXIT_UNVOUCHED if verdicts else 0
 
 
 def route_record(r: Resolver, rt: Route) -> dict:
@@ -97,7 +99,7 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
         t.add_row(*(escape(c) for c in (run.label(), role, stored, declared, vllm)),
                   f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
     print_table(out, t)
-    counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in (OK, MISROUTED, MISSING, REFUSED)}
+    counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in Verdict}
     hidden = len(routes) - len(shown)
     note = f" ({hidden} main-stack modules that route ok not shown; --all lists them)" if hidden else ""
     out.print(" · ".join(f"{n} {v}" for v, n in counts.items() if n) + note, highlight=False)

@@ -14,6 +14,7 @@ from typing import Any
 
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared, parse_compressed_tensors
 from specguard.declared.fp8 import Fp8Declared, parse_fp8
+from specguard.declared.inc import IncDeclared, parse_inc
 from specguard.declared.model import (
     CT_MATCH,
     FNMATCHCASE,
@@ -104,6 +105,8 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
         declared = parse_quark(qc, **common)
     elif method == "torchao":
         declared = parse_torchao(qc, **common)
+    elif method in ("auto-round", "inc"):  # inc.py INCConfig.override_quantization_method claims auto-round
+        declared = parse_inc(qc, **common)
     else:
         declared = UnknownDeclared(stack="unknown", quant_method=method or None, origin=origin)
     return _with(declared, plain, notes)
@@ -119,7 +122,7 @@ __all__ = [
     "CT_MATCH", "FNMATCHCASE", "GPTQ_DYNAMIC", "GPTQ_IN_BLOCK", "MODELOPT_EXCLUDE", "NATIVE",
     "QUANTIZED", "SEMANTICS", "TARGET", "TRANSFORMERS_MATCH", "UNQUANTIZED", "VLLM_EXACT", "VLLM_SUBSTRING",
     "VLLM_SUFFIX", "CompressedTensorsDeclared", "ConfigError", "Declared", "DeclaredScheme", "Fp8Declared",
-    "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "QuarkDeclared",
+    "IncDeclared", "IntGroupDeclared", "ModelOptDeclared", "Mxfp4Declared", "Pattern", "QuarkDeclared",
     "TorchAODeclared", "UnknownDeclared",
     "parse_declared", "unquantized_scheme",
 ]

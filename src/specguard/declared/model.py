@@ -27,6 +27,8 @@ class Semantics(Vocabulary):
     TRANSFORMERS_MATCH = "transformers"  # re.match(key + "\\.") or re.match(key) or endswith(key)
     GPTQ_DYNAMIC = "gptq-dynamic"  # -:/+: + re.match
     GPTQ_IN_BLOCK = "gptq-in-block"  # substring
+    INC_EXTRA = "inc-extra-config"  # INC: exact, ``.key`` suffix, or re.search for a key with regex characters
+    INC_BLOCK = "inc-block"  # INC block_name_to_quantize: startswith
 
 
 class Effect(Vocabulary):
@@ -44,6 +46,7 @@ VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX = Semantics.VLLM_EXACT, Semantics.VLLM_S
 MODELOPT_EXCLUDE, FNMATCHCASE, CT_MATCH = Semantics.MODELOPT_EXCLUDE, Semantics.FNMATCHCASE, Semantics.CT_MATCH
 TRANSFORMERS_MATCH, GPTQ_DYNAMIC = Semantics.TRANSFORMERS_MATCH, Semantics.GPTQ_DYNAMIC
 GPTQ_IN_BLOCK = Semantics.GPTQ_IN_BLOCK
+INC_EXTRA, INC_BLOCK = Semantics.INC_EXTRA, Semantics.INC_BLOCK
 SEMANTICS = tuple(Semantics)
 UNQUANTIZED, NATIVE, TARGET, QUANTIZED = Effect.UNQUANTIZED, Effect.NATIVE, Effect.TARGET, Effect.QUANTIZED
 
@@ -94,6 +97,10 @@ class Pattern:
             return p.gptq_dynamic_rule(name, t)
         if sem == GPTQ_IN_BLOCK:
             return t in name
+        if sem == INC_EXTRA:
+            return name == t or name.endswith(f".{t}") or p.inc_extra_regex(t, name)
+        if sem == INC_BLOCK:
+            return name.startswith(t)
         raise ValueError(f"unknown pattern semantics {sem!r}")
 
     @cached_property

@@ -147,3 +147,14 @@ def gptq_dynamic_rule(name: str, pattern: str) -> bool:
     """A GPTQModel ``dynamic`` key matches (``-:`` negative, ``+:``/bare positive)."""
     return regex_match(pattern.removeprefix("-:").removeprefix("+:"), name)
 
+
+
+_INC_REGEX_CHARS = frozenset(r"*+?^$()[]{}|\\")  # inc/config_parser.py REGEX_SPECIAL_CHARS
+
+
+def inc_extra_regex(key: str, name: str) -> bool:
+    """An INC ``extra_config`` key with a regex character, ``re.search``-ed (a bad regex matches nothing)."""
+    if not any(c in _INC_REGEX_CHARS for c in key):
+        return False
+    rx = _compiled(key)
+    return rx is not None and rx.search(name) is not None

@@ -20,6 +20,8 @@ from typing import Protocol
 from specguard.formats.scheme import Scheme
 from specguard.formats.table import Module
 
+NOT_MODELLED = "unknown"  # EngineChoice.method where specguard has no model of what the engine builds
+
 
 @dataclass(frozen=True)
 class EngineChoice:
@@ -74,4 +76,4 @@ class EngineModel(Protocol):
         ...
 
 
-__all__ = ["EngineChoice", "EngineModel", "Refusal"]
+__all__ = ["NOT_MODELLED", "EngineChoice", "EngineModel", "Refusal"]

@@ -18,10 +18,10 @@ from specguard.formats.specs import needs
 from specguard.layouts import roles as r
 from specguard.layouts.roles import ModuleKind, Role, role_label
 from specguard.lint.context import LintContext, describe
-from specguard.lint.finding import ERROR, Finding
+from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
-from specguard.resolve import MISROUTED, Resolver, Route, Verdict
+from specguard.resolve import MISROUTED, UNKNOWN, Resolver, Route, Verdict
 
 
 class Built(Protocol):
@@ -192,12 +192,14 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
         if routes[0].vllm.method.startswith("AutoGPTQ"):
             yield _gptq_over_plain(ctx, res, role, stored, built, source, routes)
             continue
+        draft = any(rt.role.is_draft for rt in routes)  # only a draft can be built without the target's config
         yield SG203.finding(f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}): "
             f"{describe(rt.prefix for rt in routes)}",
             _names(routes),
             planned(ctx, res, [rt.prefix for rt in routes], "the engine then builds them unquantized, as stored")
-            or "exclude these modules with a pattern that matches the engine's runtime prefixes "
-            "(see SG101), or build the draft without the target's quant config",
+            or "exclude these modules with a pattern that matches the engine's runtime prefixes (see SG101), "
+            + ("or build the draft without the target's quant config" if draft
+               else "or store them as the config declares them"),
         )
 
 
@@ -240,7 +242,7 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
         return None
 
     for (role, stored, method), routes, _res in _groups(ctx, pick):
-        if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith("gptq:"):
+        if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith(("gptq:", "inc:")):
             yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
                 f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
@@ -277,3 +279,24 @@ def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> Fix:
                  f"({_class(rt)} reads no list that routes experts to MXFP4)")
         return Fix(f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk")
     return Fix(f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin")
+
+
+SG205 = rule("SG205", "engine-build-unknown", WARNING,
+             "specguard cannot say what the engine builds for some modules (a quant stack or an architecture it "
+             "does not model): it cannot vouch for them, so it says so instead of calling them ok.")
+
+
+@SG205
+def build_unknown(ctx: LintContext) -> Iterator[Finding]:
+    causes: dict[tuple[str, str], list[Route]] = defaultdict(list)
+    for res, rt in ctx.all_routes():
+        if rt.verdict == UNKNOWN and rt.vllm is not None:
+            causes[(res.vllm.name, rt.vllm.reason)].append(rt)
+    for (engine, cause), routes in causes.items():
+        yield SG205.finding(
+            f"{engine}: {cause}; {len(routes)} module(s) not vouched for: {describe(rt.prefix for rt in routes)}",
+            tuple(n for rt in routes for n in rt.checkpoint_names),
+            "check these modules' load another way (LoadGuard: `specguard rule SG205`), or store them with a "
+            "stack specguard models (`specguard rule SG205` lists them)",
+            data={"cause": cause, "quant_config": routes[0].vllm.quant_config if routes[0].vllm else None},
+        )

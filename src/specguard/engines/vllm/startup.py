@@ -38,8 +38,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specguard.engines import Refusal
+from specguard.engines import NOT_MODELLED, EngineChoice, Refusal
 from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
 from specguard.formats.table import Module
 from specguard.layouts import Layout
 from specguard.layouts import roles as r
@@ -52,6 +53,19 @@ QUANTIZATION_METHODS = frozenset({
     "online", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
     "nvfp4_per_token", "mxfp8",
 })
+# get_quantization_config's method_to_config: the class vLLM builds for each quant_method (the
+# online shorthands fp8_per_tensor ... nvfp4_per_token get OnlineQuantizationConfig).
+QUANT_CONFIG_CLASS = {
+    "awq": "AutoAWQConfig", "awq_marlin": "AutoAWQConfig", "auto_awq": "AutoAWQConfig", "fp8": "Fp8Config",
+    "fbgemm_fp8": "FBGEMMFp8Config", "fp_quant": "FPQuantConfig", "modelopt": "ModelOptFp8Config",
+    "modelopt_fp4": "ModelOptNvFp4Config", "modelopt_mxfp8": "ModelOptMxFp8Config",
+    "modelopt_mixed": "ModelOptMixedPrecisionConfig", "auto_gptq": "AutoGPTQConfig", "gptq": "AutoGPTQConfig",
+    "gptq_marlin": "AutoGPTQConfig", "compressed-tensors": "CompressedTensorsConfig",
+    "experts_int8": "ExpertsInt8Config", "quark": "QuarkConfig", "moe_wna16": "MoeWNA16Config",
+    "torchao": "TorchAOConfig", "inc": "INCConfig", "auto-round": "INCConfig", "mxfp4": "Mxfp4Config",
+    "gpt_oss_mxfp4": "GptOssMxfp4Config", "deepseek_v4_fp8": "DeepseekV4FP8Config", "humming": "HummingConfig",
+    "online": "OnlineQuantizationConfig", "mxfp8": "ModelOptMxFp8Config",
+}
 OVERRIDE_CLAIMED = frozenset({"auto-round"})  # inc/inc.py INCConfig.override_quantization_method
 # quantization/modelopt.py LINEAR_ALGOS + "MIXED_PRECISION" (QUANT_ALGOS).
 MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4", "MXFP8",
@@ -60,6 +74,16 @@ MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A
 WRAPPED = (s.BITSANDBYTES, s.QUANTO, s.TORCHAO)
 
 CONFIG, LOAD = "start-up", "weight loading"
+
+
+def not_modelled(quant_method: str | None) -> EngineChoice:
+    """What stands in for the engine's choice under a quant stack specguard does not model:
+    the class vLLM 0.33 builds for it (``get_quantization_config``), and no claim."""
+    method = str(quant_method or "").lower()
+    cls = QUANT_CONFIG_CLASS.get(method, "OnlineQuantizationConfig" if method in QUANTIZATION_METHODS else None)
+    what = f"{cls} (quant_method {method!r})" if cls else f"quant_method {method!r}"
+    return EngineChoice(Scheme(s.UNKNOWN, reason=f"{what} is not modelled"), NOT_MODELLED,
+                        f"specguard does not model {what}: it cannot say what this layer is built as", cls)
 
 
 def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None,

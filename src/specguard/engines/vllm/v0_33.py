@@ -52,6 +52,7 @@ from typing import Any
 from specguard.declared import parse_declared
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared
 from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
+from specguard.declared.inc import IncDeclared
 from specguard.declared.model import GPTQ_IN_BLOCK, NATIVE, TARGET, UNQUANTIZED, VLLM_SUBSTRING, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
 from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
@@ -67,7 +68,8 @@ from specguard.declared.torchao import TorchAODeclared
 from specguard.engines import EngineChoice
 from specguard.engines.vllm import gptq
 from specguard.engines.vllm import int_group as ig
-from specguard.engines.vllm.startup import Refusal
+from specguard.engines.vllm.inc import inc_builds
+from specguard.engines.vllm.startup import Refusal, not_modelled
 from specguard.engines.vllm.startup import refusals as startup_refusals
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -266,8 +268,7 @@ class Vllm033:
             return self._plain(d, cls, _unquantized_method(kind), "the model builds this layer with quant_config=None")
         if cls is None:
             if d.stack == "unknown":
-                return EngineChoice(Scheme(s.UNKNOWN, reason=f"quant_method {d.quant_method!r}"),
-                                    "unknown", "specguard does not model this quant_method", None)
+                return not_modelled(d.quant_method)
             return self._plain(d, None, _unquantized_method(kind), "no quantization config")
         if cls != _class_of(d, model_type, self.platform):
             return EngineChoice(Scheme(s.UNKNOWN, reason="draft quant config cannot be built"), "ValueError",
@@ -290,6 +291,8 @@ class Vllm033:
             claim = d.scheme_for(runtime_prefix, kind=kind)
             return EngineChoice(claim.scheme, "TorchAOLinearMethod" if claim.quantized else _unquantized_method(kind),
                                 f"torchao: {claim.source}", cls)
+        if isinstance(d, IncDeclared):
+            return inc_builds(d, cls, runtime_prefix, kind, self._packed(model), self.platform)
         if isinstance(d, IntGroupDeclared) and d.stack == s.GPTQ and model in (TARGET_MODEL, MTP_MODEL):
             return self._gptq(d, cls, runtime_prefix, kind, model)
         if isinstance(d, IntGroupDeclared):
@@ -722,6 +725,7 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "awq": f"{_QC}.auto_awq.AutoAWQConfig",
         "quark": f"{_QC}.quark.quark.QuarkConfig",
         "torchao": f"{_QC}.torchao.TorchAOConfig",
+        "inc": f"{_QC}.inc.inc.INCConfig",
     }.get(d.stack)
 
 
