@@ -57,6 +57,17 @@ def shape(name: str) -> str:
     return _INDEX.sub(r"\1#", name)
 
 
+_PLACEHOLDER = re.compile(r"\{[LDd]\}")
+_NUMBERS = re.compile(r"(?:^|\.)layers\.(\d+)(?=\.|$)")
+
+
+def instantiate(template: str, like: str) -> str:
+    """``template`` with its layer placeholders set to the layer numbers of ``like``, in order
+    (a quant-prefix template filled from the concrete parameter path it was found by)."""
+    numbers = iter(_NUMBERS.findall(like))
+    return _PLACEHOLDER.sub(lambda m: next(numbers, m.group(0)), template)
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleRow:
     """One module the engine builds: its parameter path, layer class, and the prefix the
@@ -113,6 +124,16 @@ class Side:
         """The model's ``hf_to_vllm_mapper`` (prefix / substr / suffix / regex / stacked tables)."""
         return self.loader.get("mapper") or {}
 
+    def layer_renames(self) -> tuple[tuple[str, str], ...]:
+        """The mapper's substring/prefix renames that put a checkpoint name under a draft
+        layer (``model.mtp_block.0.`` -> ``model.layers.{D}.mtp_block.``), templates kept."""
+        out = []
+        for table in ("prefix", "substr"):
+            for old, new in (self.mapper.get(table) or {}).items():
+                if new is not None and "{D}" in new:
+                    out.append((old, new))
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -126,6 +147,7 @@ class Plan:
     draft_start: int | None  # runtime index of the first draft layer, as recorded
     draft_count: int | None  # draft layers built, as recorded
     draft_count_keys: tuple[str, ...]  # config keys the built count equals (empty: a constant)
+    draft_count_default: int | None  # built without those keys (None: the engine requires one)
     recorded_with: Mapping[str, Any]
 
     def draft_layers(self, config: Mapping[str, Any]) -> int | None:
@@ -137,7 +159,7 @@ class Plan:
             value = config.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
-        return self.draft_count if not self.draft_count_keys else None
+        return self.draft_count_default if self.draft_count_keys else self.draft_count
 
 
 def _side(raw: Mapping[str, Any]) -> Side:
@@ -167,6 +189,7 @@ def plan(name: str, engine: str = DEFAULT_ENGINE) -> Plan | None:
         draft=_side(d) if d else None, draft_method=d.get("method") if d else None,
         draft_start=d.get("start") if d else None, draft_count=d.get("count") if d else None,
         draft_count_keys=tuple(d.get("count_keys") or ()) if d else (),
+        draft_count_default=d.get("count_default") if d else None,
         recorded_with=raw.get("recorded_with") or {},
     )
 
@@ -176,6 +199,14 @@ def supported_architectures(engine: str = DEFAULT_ENGINE) -> frozenset[str] | No
     """Every architecture the engine's model registry lists (None: not recorded)."""
     raw = _read(engine, "_registry.json")
     return frozenset(raw["architectures"]) if raw else None
+
+
+@cache
+def transformers_backend(engine: str = DEFAULT_ENGINE) -> frozenset[str]:
+    """Generative classes the engine's pinned transformers exports (its Transformers-backend
+    fallback for an architecture its own registry lacks); empty where not recorded."""
+    raw = _read(engine, "_registry.json")
+    return frozenset(raw.get("transformers_backend") or ()) if raw else frozenset()
 
 
 @cache
@@ -209,6 +240,6 @@ def _first_arch(config: Mapping[str, Any]) -> str | None:
 
 
 __all__ = [
-    "DEFAULT_ENGINE", "SCHEMA", "LayerClass", "ModuleRow", "Plan", "Side", "layer_class_kind", "plan",
-    "plan_for_config", "recorded", "shape", "supported_architectures",
+    "DEFAULT_ENGINE", "SCHEMA", "LayerClass", "instantiate", "ModuleRow", "Plan", "Side", "layer_class_kind", "plan",
+    "plan_for_config", "recorded", "shape", "supported_architectures", "transformers_backend",
 ]

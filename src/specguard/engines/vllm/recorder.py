@@ -57,27 +57,27 @@ class Target:
     (``method``; ``draft``: a separate drafter checkpoint's config, for EAGLE)."""
 
     def __init__(self, model_type: str, config: dict[str, Any] | None = None, method: str | None = None,
-                 draft: dict[str, Any] | None = None, name: str | None = None) -> None:
+                 draft: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None) -> None:
         self.model_type, self.config, self.method, self.draft = model_type, config or {}, method, draft
-        self.name = name
+        self.engine_args = engine_args or {}
 
 
 # plan name -> Target. The plan's file is ``{name}.json``; the target architecture is the
 # name up to ``+`` (an EAGLE drafter over it adds ``+{drafter}``).
 TARGETS: dict[str, Target] = {
     "DeepseekV3ForCausalLM": Target("deepseek_v3", _DS, "mtp"),
-    "DeepseekV32ForCausalLM": Target("deepseek_v32", _DS, "mtp"),
-    "Glm4MoeForCausalLM": Target("glm4_moe", _DS, "mtp"),
+    "Glm4MoeForCausalLM": Target("glm4_moe", {**_DS, "head_dim": 128}, "mtp"),
     "Glm4MoeLiteForCausalLM": Target("glm4_moe_lite", _DS, "mtp"),
-    "Qwen3NextForCausalLM": Target("qwen3_next", {"full_attention_interval": 2, "mlp_only_layers": [0]}, "mtp"),
-    "Qwen3_5ForConditionalGeneration": Target("qwen3_5", {"mtp_num_hidden_layers": K}, "mtp"),
-    "Qwen3_5MoeForConditionalGeneration": Target("qwen3_5_moe", {"mtp_num_hidden_layers": K}, "mtp"),
-    "Ernie4_5_MoeForCausalLM": Target("ernie4_5_moe", {"num_nextn_predict_layers": 1, "moe_layer_start_index": 1},
+    "Qwen3NextForCausalLM": Target("qwen3_next", {"full_attention_interval": 2, "num_nextn_predict_layers": K},
+                                   "mtp"),
+    "Ernie4_5_MoeForCausalLM": Target("ernie4_5_moe", {"num_nextn_predict_layers": K, "moe_layer_start_index": 1},
                                       "mtp"),
     "MiMoForCausalLM": Target("mimo", {"num_nextn_predict_layers": K}, "mtp"),
-    "LongcatFlashForCausalLM": Target("longcat_flash", {"num_layers": 2, "num_nextn_predict_layers": 1}, "mtp"),
+    "LongcatFlashForCausalLM": Target("longcat_flash", {"num_layers": 2, "num_nextn_predict_layers": 1,
+                                                        "mla_scale_q_lora": True, "mla_scale_kv_lora": True}, "mtp"),
     "BailingMoeV2_5ForCausalLM": Target("bailing_hybrid", {"num_nextn_predict_layers": K,
-                                                            "first_k_dense_replace": 1}, "mtp"),
+                                                            "first_k_dense_replace": 1}, "mtp",
+                                        engine_args={"enable_prefix_caching": True}),
     "PanguUltraMoEForCausalLM": Target("pangu_ultra_moe", _DS, "mtp"),
     "GptOssForCausalLM": Target("gpt_oss"),
     "LlamaForCausalLM": Target("llama"),
@@ -174,6 +174,22 @@ def _modules(model: Any, asked: dict[int, tuple[str, str]], n: int, draft: bool)
     return list(rows.values())
 
 
+# model_types whose config class ships as remote code with the checkpoint (auto_map); the
+# recorder registers the transformers class the remote one extends (MiMo: Qwen2; openPangu
+# Ultra MoE: DeepSeek-V3), so vLLM reads the same attributes without remote code.
+_REMOTE_CONFIGS = {"mimo": "Qwen2Config", "pangu_ultra_moe": "DeepseekV3Config"}
+
+
+def _register_remote_configs() -> None:
+    import transformers
+
+    for model_type, base in _REMOTE_CONFIGS.items():
+        if model_type in transformers.CONFIG_MAPPING:
+            continue
+        cls = type(f"Recorded{base}_{model_type}", (getattr(transformers, base),), {"model_type": model_type})
+        transformers.AutoConfig.register(model_type, cls)
+
+
 @contextmanager
 def _cpu_registry() -> Iterator[None]:
     """Run vLLM's registry inspection in-process (it forks a fresh interpreter to keep
@@ -225,7 +241,7 @@ def _recording_config() -> Any:
     return Recording()
 
 
-def _build(vllm_config: Any, model_config: Any) -> tuple[Any, dict[int, tuple[str, str]]]:
+def _build(vllm_config: Any, model_config: Any) -> tuple[Any, Any]:
     import torch
     from vllm.model_executor.model_loader.utils import initialize_model
 
@@ -234,7 +250,7 @@ def _build(vllm_config: Any, model_config: Any) -> tuple[Any, dict[int, tuple[st
     vllm_config.compilation_config.static_forward_context.clear()  # layer names must be unique
     with torch.device("meta"):
         model = initialize_model(vllm_config, model_config=model_config)
-    return model, rec.asked
+    return model, rec
 
 
 def _single_rank(vllm_config: Any) -> None:
@@ -251,12 +267,14 @@ def _single_rank(vllm_config: Any) -> None:
         ensure_model_parallel_initialized(1, 1)
 
 
-def _side(model: Any, asked: dict[int, tuple[str, str]], arch: str, n: int, draft: bool) -> dict[str, Any]:
+def _side(model: Any, rec: Any, arch: str, n: int, draft: bool) -> dict[str, Any]:
     cls = type(model)
     out: dict[str, Any] = {"architecture": arch, "class": f"{cls.__module__}.{cls.__qualname__}",
-                           "modules": _modules(model, asked, n, draft)}
+                           "modules": _modules(model, rec.asked, n, draft)}
+    # packed: what the quant config holds once the model is built (configure_quant_config /
+    # SupportsQuant), i.e. what is_layer_skipped and friends expand fused layers with
     loader = {"mapper": _mapper(model, n, draft),
-              "packed": dict(getattr(model, "packed_modules_mapping", None) or {}) or None,
+              "packed": {k: list(v) for k, v in (rec.packed_modules_mapping or {}).items()} or None,
               "stacked": _stacked_params(model) or None, "experts": _expert_mapping(model) or None}
     out["loader"] = {k: v for k, v in loader.items() if v}
     return out
@@ -279,19 +297,41 @@ def record(name: str) -> dict[str, Any]:
             Path(d, "draft", "config.json").write_text(json.dumps(target.draft))
             spec["model"] = str(Path(d, "draft"))
         with _cpu_registry():
-            vc = EngineArgs(model=d, skip_tokenizer_init=True, speculative_config=spec).create_engine_config()
+            vc = EngineArgs(model=d, skip_tokenizer_init=True, speculative_config=spec,
+                            **target.engine_args).create_engine_config()
         _single_rank(vc)
-        built, asked = _build(vc, vc.model_config)
+        built, rec = _build(vc, vc.model_config)
         n = _num_layers(built, config)
         plan: dict[str, Any] = {"schema": SCHEMA, "engine": ENGINE, "recorded_with": config,
-                                "target": _side(built, asked, arch, n, False)}
+                                "target": _side(built, rec, arch, n, False)}
         if target.method:
             dmc = vc.speculative_config.draft_model_config
-            draft, dasked = _build(vc, dmc)
+            draft, drec = _build(vc, dmc)
             hf = dmc.hf_config
-            plan["draft"] = {"method": target.method, **_side(draft, dasked, hf.architectures[0], n, True),
+            plan["draft"] = {"method": target.method, **_side(draft, drec, hf.architectures[0], n, True),
                              **_draft_layers(draft, config, target.draft)}
+            plan["draft"]["count_default"] = _count_default(vc, dmc, plan["draft"]["count_keys"])
     return plan
+
+
+def _count_default(vllm_config: Any, model_config: Any, keys: list[str]) -> int | None:
+    """The draft layer count vLLM builds when the config lacks the count key (the draft
+    rebuilt without it); None where the build then fails (the key is required)."""
+    if not keys:
+        return None
+    hf = model_config.hf_config
+    saved = {k: getattr(hf, k) for k in keys if hasattr(hf, k)}
+    try:
+        for k in saved:
+            delattr(hf, k)
+        draft, _ = _build(vllm_config, model_config)
+        count = getattr(_inner(draft), "num_mtp_layers", None)
+        return count if isinstance(count, int) else None
+    except Exception:  # noqa: BLE001 - the engine needs the key
+        return None
+    finally:
+        for k, v in saved.items():
+            setattr(hf, k, v)
 
 
 def _inner(model: Any) -> Any:
@@ -317,7 +357,7 @@ def _draft_layers(draft: Any, config: dict[str, Any], own: dict[str, Any] | None
     source = own if own is not None else config
     out: dict[str, Any] = {"start": start, "count": count}
     keys = [k for k, v in source.items() if isinstance(v, int) and not isinstance(v, bool) and v == count]
-    out["count_keys"] = [k for k in keys if "layer" in k or "predict" in k]
+    out["count_keys"] = [k for k in keys if any(w in k for w in ("nextn", "mtp", "predict"))]
     return out
 
 
@@ -327,9 +367,19 @@ def supported_architectures() -> list[str]:
     return sorted(ModelRegistry.get_supported_archs())
 
 
+def transformers_architectures() -> list[str]:
+    """Generative model classes transformers exports: vLLM's registry
+    (``_try_resolve_transformers``: ``getattr(transformers, architecture)``) serves an
+    architecture it lacks natively through its Transformers backend when one exists."""
+    import transformers
+
+    return sorted(n for n in dir(transformers) if n.endswith(("ForCausalLM", "ForConditionalGeneration")))
+
+
 def record_all(out_dir: Path = PLANS_DIR, only: list[str] | None = None) -> dict[str, str]:
     """Record every target's plan into ``out_dir``; returns arch -> error for those that failed."""
     os.environ.update(CPU_ENV)
+    _register_remote_configs()
     out_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     for name in only or list(TARGETS):
@@ -341,7 +391,10 @@ def record_all(out_dir: Path = PLANS_DIR, only: list[str] | None = None) -> dict
             failed[name] = f"{type(exc).__name__}: {exc}"[:400]
             continue
         (out_dir / f"{name}.json").write_text(dumps(plan))
-    registry = {"schema": SCHEMA, "engine": ENGINE, "architectures": supported_architectures()}
+    import transformers
+
+    registry = {"schema": SCHEMA, "engine": ENGINE, "architectures": supported_architectures(),
+                "transformers": transformers.__version__, "transformers_backend": transformers_architectures()}
     (out_dir / "_registry.json").write_text(dumps(registry))
     return failed
 
