@@ -74,10 +74,8 @@ TARGETS: dict[str, Target] = {
                                       "mtp"),
     "MiMoForCausalLM": Target("mimo", {"num_nextn_predict_layers": K}, "mtp"),
     "LongcatFlashForCausalLM": Target("longcat_flash", {"num_layers": 2, "num_nextn_predict_layers": 1,
-                                                        "mla_scale_q_lora": True, "mla_scale_kv_lora": True}, "mtp"),
-    "BailingMoeV2_5ForCausalLM": Target("bailing_hybrid", {"num_nextn_predict_layers": K,
-                                                            "first_k_dense_replace": 1}, "mtp",
-                                        engine_args={"enable_prefix_caching": True}),
+                                                        "mla_scale_q_lora": True, "mla_scale_kv_lora": True,
+                                                        "zero_expert_type": "identity"}, "mtp"),
     "PanguUltraMoEForCausalLM": Target("pangu_ultra_moe", _DS, "mtp"),
     "GptOssForCausalLM": Target("gpt_oss"),
     "LlamaForCausalLM": Target("llama"),
@@ -87,6 +85,21 @@ TARGETS: dict[str, Target] = {
     "LlamaForCausalLM+LlamaForCausalLMEagle3": Target("llama", {}, "eagle3", _EAGLE3_LLAMA),
     "Qwen3ForCausalLM+Eagle3Qwen3ForCausalLM": Target("qwen3", {}, "eagle3", _EAGLE3_QWEN),
     "GptOssForCausalLM+LlamaForCausalLMEagle3": Target("gpt_oss", {}, "eagle3", _EAGLE3_LLAMA),
+}
+
+
+# Architectures with a draft form that vLLM 0.33 cannot build on this CPU build, and why;
+# specguard keeps its hand-written family models for them (layouts/, engines/vllm/v0_33.py).
+NOT_RECORDED = {
+    "DeepseekV4ForCausalLM": "DeepSeek-V4 (MTP, DSpark) builds CUDA-only kernels at construction "
+                             "(RuntimeError: Tried to instantiate dummy base class Event)",
+    "DeepseekV41ForCausalLM": "as DeepSeek-V4",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5.py imports the Qwen3-VL vision tower, which needs torchvision "
+                                       "(not in the CPU install); the text classes share the module",
+    "Qwen3_5MoeForConditionalGeneration": "as Qwen3_5ForConditionalGeneration",
+    "BailingMoeV2_5ForCausalLM": "VllmConfig rejects the hybrid's draft on CPU (--mamba-block-size can only be set "
+                                 "with --enable-prefix-caching)",
+    "DeepseekV32ForCausalLM": "VllmConfig validation fails with an assertion on the CPU build",
 }
 
 
@@ -245,11 +258,20 @@ def _build(vllm_config: Any, model_config: Any) -> tuple[Any, Any]:
     import torch
     from vllm.model_executor.model_loader.utils import initialize_model
 
+    from vllm.config import VllmConfig
+
     rec = _recording_config()
     vllm_config.quant_config = rec
     vllm_config.compilation_config.static_forward_context.clear()  # layer names must be unique
-    with torch.device("meta"):
-        model = initialize_model(vllm_config, model_config=model_config)
+    # A drafter with a config of its own (EAGLE, DSpark) asks for its own quant config
+    # (utils.py get_draft_quant_config -> VllmConfig.get_quantization_config): the recording one.
+    saved = VllmConfig.__dict__["get_quantization_config"]
+    VllmConfig.get_quantization_config = staticmethod(lambda *args, **kwargs: rec)
+    try:
+        with torch.device("meta"):
+            model = initialize_model(vllm_config, model_config=model_config)
+    finally:
+        VllmConfig.get_quantization_config = saved
     return model, rec
 
 
@@ -280,25 +302,31 @@ def _side(model: Any, rec: Any, arch: str, n: int, draft: bool) -> dict[str, Any
     return out
 
 
-def record(name: str) -> dict[str, Any]:
-    """The build plan of ``name`` (target and, where it has one, its draft as vLLM's proposer builds it)."""
+def _engine_config(target: Target, config: dict[str, Any], root: Path) -> Any:
+    """The VllmConfig ``vllm serve`` builds for ``config`` (+ the drafter's), written under ``root``."""
     from vllm.engine.arg_utils import EngineArgs
 
+    root.mkdir(parents=True, exist_ok=True)
+    Path(root, "config.json").write_text(json.dumps(config))
+    spec: dict[str, Any] | None = None
+    if target.method:
+        spec = {"method": target.method, "num_speculative_tokens": 1}
+    if target.draft is not None and spec is not None:
+        Path(root, "draft").mkdir(exist_ok=True)
+        Path(root, "draft", "config.json").write_text(json.dumps(target.draft))
+        spec["model"] = str(Path(root, "draft"))
+    with _cpu_registry():
+        return EngineArgs(model=str(root), skip_tokenizer_init=True, speculative_config=spec,
+                          **target.engine_args).create_engine_config()
+
+
+def record(name: str) -> dict[str, Any]:
+    """The build plan of ``name`` (target and, where it has one, its draft as vLLM's proposer builds it)."""
     target = TARGETS[name]
     arch = name.split("+", 1)[0]
     config = {"architectures": [arch], "model_type": target.model_type, "num_hidden_layers": N, **target.config}
     with tempfile.TemporaryDirectory(prefix="specguard-plan-") as d:
-        Path(d, "config.json").write_text(json.dumps(config))
-        spec = None
-        if target.method:
-            spec = {"method": target.method, "num_speculative_tokens": 1}
-        if target.draft is not None:
-            Path(d, "draft").mkdir()
-            Path(d, "draft", "config.json").write_text(json.dumps(target.draft))
-            spec["model"] = str(Path(d, "draft"))
-        with _cpu_registry():
-            vc = EngineArgs(model=d, skip_tokenizer_init=True, speculative_config=spec,
-                            **target.engine_args).create_engine_config()
+        vc = _engine_config(target, config, Path(d, "with"))
         _single_rank(vc)
         built, rec = _build(vc, vc.model_config)
         n = _num_layers(built, config)
@@ -307,31 +335,25 @@ def record(name: str) -> dict[str, Any]:
         if target.method:
             dmc = vc.speculative_config.draft_model_config
             draft, drec = _build(vc, dmc)
-            hf = dmc.hf_config
-            plan["draft"] = {"method": target.method, **_side(draft, drec, hf.architectures[0], n, True),
-                             **_draft_layers(draft, config, target.draft)}
-            plan["draft"]["count_default"] = _count_default(vc, dmc, plan["draft"]["count_keys"])
+            side = {"method": target.method, **_side(draft, drec, dmc.hf_config.architectures[0], n, True),
+                    **_draft_layers(draft, config, target.draft)}
+            side["count_default"] = _count_default(target, config, side["count_keys"], Path(d, "without"))
+            plan["draft"] = side
     return plan
 
 
-def _count_default(vllm_config: Any, model_config: Any, keys: list[str]) -> int | None:
-    """The draft layer count vLLM builds when the config lacks the count key (the draft
-    rebuilt without it); None where the build then fails (the key is required)."""
-    if not keys:
+def _count_default(target: Target, config: dict[str, Any], keys: list[str], root: Path) -> int | None:
+    """The draft layer count vLLM builds from a config without the count keys (the published
+    Qwen3-Next config has none); None where vLLM then fails (the key is required)."""
+    if not keys or target.draft is not None:
         return None
-    hf = model_config.hf_config
-    saved = {k: getattr(hf, k) for k in keys if hasattr(hf, k)}
     try:
-        for k in saved:
-            delattr(hf, k)
-        draft, _ = _build(vllm_config, model_config)
-        count = getattr(_inner(draft), "num_mtp_layers", None)
-        return count if isinstance(count, int) else None
+        vc = _engine_config(target, {k: v for k, v in config.items() if k not in keys}, root)
+        draft, _ = _build(vc, vc.speculative_config.draft_model_config)
     except Exception:  # noqa: BLE001 - the engine needs the key
         return None
-    finally:
-        for k, v in saved.items():
-            setattr(hf, k, v)
+    count = getattr(_inner(draft), "num_mtp_layers", None)
+    return count if isinstance(count, int) else None
 
 
 def _inner(model: Any) -> Any:
@@ -378,7 +400,19 @@ def transformers_architectures() -> list[str]:
 
 def record_all(out_dir: Path = PLANS_DIR, only: list[str] | None = None) -> dict[str, str]:
     """Record every target's plan into ``out_dir``; returns arch -> error for those that failed."""
+    saved = {k: os.environ.get(k) for k in CPU_ENV}
     os.environ.update(CPU_ENV)
+    try:
+        return _record_all(out_dir, only)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
     _register_remote_configs()
     out_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}

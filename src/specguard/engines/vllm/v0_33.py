@@ -393,6 +393,15 @@ class Vllm033:
         side = self.plan.target if model == TARGET_MODEL else self.plan.draft
         return side.find(prefix) if side is not None else None
 
+    def built_prefixes(self) -> tuple[str, ...]:
+        """Quant prefixes the target asks about whatever the checkpoint stores (no layer
+        index: ``lm_head``, ``model.embed_tokens``), recorded in its plan. A tied head is
+        still built, and its prefix still asked, though no tensor of it is stored."""
+        if self.plan is None:
+            return ()
+        return tuple(row.quant_prefix for row in self.plan.target.modules
+                     if row.quant_prefix is not None and "{" not in row.quant_prefix)
+
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         """Layers the model class builds with ``quant_config=None``: no config can quantize them.
         Recorded in the plan where there is one (a module row whose quant config was never
