@@ -240,6 +240,18 @@ def _first_arch(config: Mapping[str, Any]) -> str | None:
 
 
 __all__ = [
-    "DEFAULT_ENGINE", "SCHEMA", "LayerClass", "instantiate", "ModuleRow", "Plan", "Side", "layer_class_kind", "plan",
-    "plan_for_config", "recorded", "shape", "supported_architectures", "transformers_backend",
+    "DEFAULT_ENGINE",
+    "SCHEMA",
+    "LayerClass",
+    "ModuleRow",
+    "Plan",
+    "Side",
+    "instantiate",
+    "layer_class_kind",
+    "plan",
+    "plan_for_config",
+    "recorded",
+    "shape",
+    "supported_architectures",
+    "transformers_backend",
 ]

@@ -80,7 +80,7 @@ TARGETS: dict[str, Target] = {
     "GptOssForCausalLM": Target("gpt_oss"),
     "LlamaForCausalLM": Target("llama"),
     "Qwen3ForCausalLM": Target("qwen3"),
-    "Qwen3MoeForCausalLM": Target("qwen3_moe"),
+    "Qwen3MoeForCausalLM": Target("qwen3_moe", {"mlp_only_layers": [0]}),  # a dense layer adds gate_up_proj
     "LlamaForCausalLM+EagleLlamaForCausalLM": Target("llama", {}, "eagle", _EAGLE_LLAMA),
     "LlamaForCausalLM+LlamaForCausalLMEagle3": Target("llama", {}, "eagle3", _EAGLE3_LLAMA),
     "Qwen3ForCausalLM+Eagle3Qwen3ForCausalLM": Target("qwen3", {}, "eagle3", _EAGLE3_QWEN),
@@ -162,7 +162,7 @@ def _expert_mapping(model: Any) -> list[list[Any]]:
         return []
     try:
         rows = get()
-    except Exception:  # noqa: BLE001 - some classes need a fully loaded model
+    except Exception:
         return []
     out: dict[tuple, None] = {}
     for param, weight, expert, shard in rows:
@@ -180,10 +180,10 @@ def _modules(model: Any, asked: dict[int, tuple[str, str]], n: int, draft: bool)
             continue
         if not path:
             continue
-        prefix = asked.get(id(mod), (None, ""))[0]
-        row = [_templated(path, n, draft), type(mod).__name__,
-               None if prefix is None else _templated(prefix, n, draft)]
-        rows.setdefault(row[0], row)
+        asked_as = asked.get(id(mod))
+        key = _templated(path, n, draft)
+        rows.setdefault(key, [key, type(mod).__name__,
+                              None if asked_as is None else _templated(asked_as[0], n, draft)])
     return list(rows.values())
 
 
@@ -254,25 +254,30 @@ def _recording_config() -> Any:
     return Recording()
 
 
-def _build(vllm_config: Any, model_config: Any) -> tuple[Any, Any]:
+def _build(vllm_config: Any, model_config: Any, rec: Any = None, *, own: bool = False) -> tuple[Any, Any]:
+    """``model_config``'s model built on the meta device under recording quant configs: ``rec``
+    as ``vllm_config.quant_config`` (an MTP draft shares the target's object), and with ``own``
+    a second one that a drafter checkpoint gets for itself (utils.py get_draft_quant_config ->
+    ``VllmConfig.get_quantization_config``). Returns the model and the config its layers asked:
+    with ``own`` that one, holding what the target's also saw."""
     import torch
+    from vllm.config import VllmConfig
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    from vllm.config import VllmConfig
-
-    rec = _recording_config()
+    rec = rec if rec is not None else _recording_config()
+    mine = _recording_config() if own else rec
     vllm_config.quant_config = rec
     vllm_config.compilation_config.static_forward_context.clear()  # layer names must be unique
-    # A drafter with a config of its own (EAGLE, DSpark) asks for its own quant config
-    # (utils.py get_draft_quant_config -> VllmConfig.get_quantization_config): the recording one.
     saved = VllmConfig.__dict__["get_quantization_config"]
-    VllmConfig.get_quantization_config = staticmethod(lambda *args, **kwargs: rec)
+    VllmConfig.get_quantization_config = staticmethod(lambda *args, **kwargs: mine)
     try:
         with torch.device("meta"):
             model = initialize_model(vllm_config, model_config=model_config)
     finally:
         VllmConfig.get_quantization_config = saved
-    return model, rec
+    if own:
+        mine.asked = {**rec.asked, **mine.asked}
+    return model, mine
 
 
 def _single_rank(vllm_config: Any) -> None:
@@ -334,7 +339,9 @@ def record(name: str) -> dict[str, Any]:
                                 "target": _side(built, rec, arch, n, False)}
         if target.method:
             dmc = vc.speculative_config.draft_model_config
-            draft, drec = _build(vc, dmc)
+            # an MTP draft is built with the target's quant config object (load_eagle_model keeps
+            # vllm_config.quant_config); a drafter checkpoint gets its own (get_draft_quant_config)
+            draft, drec = (_build(vc, dmc, rec) if target.draft is None else _build(vc, dmc, own=True))
             side = {"method": target.method, **_side(draft, drec, dmc.hf_config.architectures[0], n, True),
                     **_draft_layers(draft, config, target.draft)}
             side["count_default"] = _count_default(target, config, side["count_keys"], Path(d, "without"))
@@ -350,7 +357,7 @@ def _count_default(target: Target, config: dict[str, Any], keys: list[str], root
     try:
         vc = _engine_config(target, {k: v for k, v in config.items() if k not in keys}, root)
         draft, _ = _build(vc, vc.speculative_config.draft_model_config)
-    except Exception:  # noqa: BLE001 - the engine needs the key
+    except Exception:
         return None
     count = getattr(_inner(draft), "num_mtp_layers", None)
     return count if isinstance(count, int) else None
@@ -419,7 +426,7 @@ def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
     for name in only or list(TARGETS):
         try:
             plan = record(name)
-        except Exception as exc:  # noqa: BLE001 - one architecture's failure is reported, not fatal
+        except Exception as exc:
             import traceback
             traceback.print_exc()
             failed[name] = f"{type(exc).__name__}: {exc}"[:400]

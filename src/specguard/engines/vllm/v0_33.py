@@ -66,9 +66,8 @@ from specguard.declared.patterns import (
 from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.declared.torchao import TorchAODeclared
 from specguard.engines import EngineChoice
-from specguard.engines.vllm import gptq
+from specguard.engines.vllm import gptq, startup
 from specguard.engines.vllm import int_group as ig
-from specguard.engines.vllm import startup
 from specguard.engines.vllm.startup import Refusal
 from specguard.engines.vllm.startup import refusals as startup_refusals
 from specguard.formats import scheme as s
