@@ -84,3 +84,73 @@ def test_no_plan_is_unknown_not_ok():
     assert "OlmoeForCausalLM" in plans.supported_architectures() and plans.plan("OlmoeForCausalLM") is None
     got = Vllm033(cfg).builds("model.layers.0.self_attn.qkv_proj", kind="linear")
     assert got.method == "no plan" and got.scheme.format == "unknown"
+
+
+def _ernie_checkpoint(root, *, fp8_trunk: bool = False):
+    """A small ERNIE-4.5 checkpoint in the published layout: one main layer, the MTP block
+    under ``model.mtp_*.0`` (names of baidu/ERNIE-4.5-21B-A3B-PT's index)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    h, i = 32, 64
+    names = {"model.embed_tokens.weight": (128, h), "lm_head.weight": (128, h), "model.norm.weight": (h,),
+             "model.mtp_emb_norm.0.weight": (h,), "model.mtp_hidden_norm.0.weight": (h,),
+             "model.mtp_linear_proj.0.weight": (h, 2 * h)}
+    for block in ("model.layers.0", "model.mtp_block.0"):
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            names[f"{block}.self_attn.{p}.weight"] = (h, h)
+        for p, shape in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
+            names[f"{block}.mlp.{p}.weight"] = shape
+        names[f"{block}.input_layernorm.weight"] = (h,)
+        names[f"{block}.post_attention_layernorm.weight"] = (h,)
+    tensors = {}
+    for name, shape in names.items():
+        t = torch.zeros(shape, dtype=torch.bfloat16)
+        if fp8_trunk and name.startswith("model.layers.0.") and name.endswith("proj.weight"):
+            tensors[name] = t.to(torch.float8_e4m3fn)
+            tensors[name.removesuffix("weight") + "weight_scale_inv"] = torch.ones(
+                (-(-shape[0] // 128), -(-shape[1] // 128)), dtype=torch.float32)
+        else:
+            tensors[name] = t
+    root.mkdir()
+    save_file(tensors, str(root / "model.safetensors"))
+    cfg = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "num_hidden_layers": 1,
+           "num_nextn_predict_layers": 1, "hidden_size": h, "intermediate_size": i, "vocab_size": 128}
+    if fp8_trunk:
+        cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                      "weight_block_size": [128, 128], "ignored_layers": ["re:.*mtp.*"]}
+    (root / "config.json").write_text(json.dumps(cfg))
+    return root
+
+
+def test_ernie_bf16_release_is_clean(tmp_path):
+    """ernie_mtp.py builds the MTP block as runtime layer N from ``model.mtp_*.0`` names:
+    the draft is stored, nothing is missing, nothing to report."""
+    from specguard import open_checkpoint
+    from specguard.lint import lint
+    from specguard.resolve import Resolver
+
+    r = Resolver(open_checkpoint(str(_ernie_checkpoint(tmp_path / "ernie"))))
+    routes = r.routes()
+    assert {rt.verdict for rt in routes} == {"ok"}, [(rt.prefix, rt.reason) for rt in routes if rt.verdict != "ok"]
+    draft = {rt.prefix for rt in routes if rt.role.is_draft}
+    assert "model.layers.1.self_attn.qkv_proj" in draft and "model.layers.1.mtp_linear_proj" in draft
+    assert not lint([r]).findings
+
+
+def test_ernie_fp8_trunk_exclusion_by_checkpoint_name_is_dead(tmp_path):
+    """``re:.*mtp.*`` names the checkpoint's ``model.mtp_block.0.*``; vLLM asks about
+    ``model.layers.{N}.*`` (the plan's quant prefixes), so the entry excludes nothing: the
+    MTP block's BF16 linears are built FP8."""
+    from specguard import open_checkpoint
+    from specguard.lint import lint
+    from specguard.resolve import Resolver
+
+    r = Resolver(open_checkpoint(str(_ernie_checkpoint(tmp_path / "ernie", fp8_trunk=True))))
+    qkv = r.route("model.layers.1.self_attn.qkv_proj")
+    assert qkv.role.is_draft and qkv.verdict == "misrouted" and qkv.vllm.method == "Fp8LinearMethod"
+    assert r.route("model.layers.1.mtp_linear_proj").verdict == "ok"  # nn.Linear: no quant config
+    codes = {f.code for f in lint([r]).findings}
+    assert {"SG101", "SG203"} <= codes

@@ -1,7 +1,7 @@
 """Record vLLM 0.33's build plans from its own model construction (scripts/record_plans.py).
 
 Run only by the recorder script and its CI test, never by specguard at run time
-(it imports vLLM and torch; plans are read by engines/plans.py without either).
+(it imports vLLM and torch; specguard.plans reads the plans without either).
 
 Per target architecture (``TARGETS``) this writes a tiny config.json with the
 architecture's real layer structure, lets vLLM's ``EngineArgs`` build the
@@ -16,8 +16,11 @@ models: ``hf_to_vllm_mapper``, ``packed_modules_mapping``, ``get_expert_mapping(
 and the ``stacked_params_mapping`` literal of each ``load_weights`` in the
 model's classes.
 
-What is bent on CPU: vLLM's registry inspects model classes in a subprocess
-(to keep CUDA out of the parent); here it runs in-process (no CUDA exists).
+What is bent: vLLM's registry inspects model classes in a subprocess (to keep
+CUDA out of the parent); here it runs in-process (no CUDA exists). A drafter
+checkpoint's own quant config (``get_draft_quant_config``) is a second recording
+config. Remote-code config classes (MiMo, openPangu) are registered as the
+transformers class they extend. Nothing that decides a prefix or a class is touched.
 """
 
 from __future__ import annotations
