@@ -154,3 +154,29 @@ def test_ernie_fp8_trunk_exclusion_by_checkpoint_name_is_dead(tmp_path):
     assert r.route("model.layers.1.mtp_linear_proj").verdict == "ok"  # nn.Linear: no quant config
     codes = {f.code for f in lint([r]).findings}
     assert {"SG101", "SG203"} <= codes
+
+
+def test_qwen3_next_mtp_without_count_key_is_not_sg302(tmp_path):
+    """Qwen/Qwen3-Next-80B-A3B-Instruct-FP8's config has no num_nextn_predict_layers; vLLM
+    builds one MTP layer (the plan's count default), which is what ``mtp.layers.0`` stores."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from specguard import open_checkpoint
+    from specguard.lint import lint
+    from specguard.resolve import Resolver
+
+    h = 32
+    tensors = {f"{root}.{m}.weight": torch.zeros((h, h), dtype=torch.bfloat16)
+               for root in ("model.layers.0", "mtp.layers.0")
+               for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")}
+    tensors["mtp.fc.weight"] = torch.zeros((h, 2 * h), dtype=torch.bfloat16)
+    (tmp_path / "q").mkdir()
+    save_file(tensors, str(tmp_path / "q" / "model.safetensors"))
+    (tmp_path / "q" / "config.json").write_text(json.dumps(
+        {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 1}))
+    r = Resolver(open_checkpoint(str(tmp_path / "q")))
+    assert list(r.layout.draft_layers) == [1]
+    assert "SG302" not in {f.code for f in lint([r]).findings}
