@@ -15,10 +15,11 @@ from specguard.errors import UsageError
 from specguard.formats.scheme import Scheme
 from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
-from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, UNMATCHED, Resolver, Route, Verdict
+from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, UNKNOWN, UNMATCHED, Resolver, Route, Verdict
 from specguard.terminal import console, escape, print_table
 
-_VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow", REFUSED: "bold red"}
+_VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow", REFUSED: "bold red",
+                  UNKNOWN: "yellow"}
 
 
 def resolvers(args: argparse.Namespace) -> list[Resolver]:
@@ -97,7 +98,7 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
         t.add_row(*(escape(c) for c in (run.label(), role, stored, declared, vllm)),
                   f"[{_VERDICT_STYLE[verdict]}]{verdict}[/]")
     print_table(out, t)
-    counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in (OK, MISROUTED, MISSING, UNMATCHED, REFUSED)}
+    counts = {v: sum(1 for rt in routes if rt.verdict == v) for v in Verdict}
     hidden = len(routes) - len(shown)
     note = f" ({hidden} main-stack modules that route ok not shown; --all lists them)" if hidden else ""
     out.print(" · ".join(f"{n} {v}" for v, n in counts.items() if n) + note, highlight=False)
