@@ -231,6 +231,7 @@ def _recording_config() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.asked: dict[int, tuple[str, str]] = {}
+            self.packed_snapshot: dict[str, list[str]] = {}  # packed_modules_mapping once built
 
         def get_name(self) -> Any:
             return "recording"
@@ -276,11 +277,44 @@ def _build(vllm_config: Any, model_config: Any, rec: Any = None, *, own: bool = 
     try:
         with torch.device("meta"):
             model = initialize_model(vllm_config, model_config=model_config)
+        for r in {id(rec): rec, id(mine): mine}.values():
+            r.packed_snapshot = {k: list(v) for k, v in (r.packed_modules_mapping or {}).items()}
     finally:
         VllmConfig.get_quantization_config = saved
     if own:
         mine.asked = {**rec.asked, **mine.asked}
     return model, mine
+
+
+@contextmanager
+def _class_mappings_kept() -> Iterator[None]:
+    """Some model classes add to their class-level ``packed_modules_mapping`` in ``__init__``
+    (deepseek_v2.py: fused_qkv_a_proj, qwen3_moe.py: gate_up_proj), which a quant config may
+    hold by reference: within one recording (target, then the MTP draft sharing its quant
+    config) that is vLLM's state; afterwards every class mapping is restored, so no recording
+    leaks into the next."""
+    import torch.nn as nn
+
+    def mappings() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        out = []
+        seen = set()
+        stack = [nn.Module]
+        while stack:
+            cls = stack.pop()
+            stack.extend(cls.__subclasses__())
+            mapping = cls.__dict__.get("packed_modules_mapping")
+            if isinstance(mapping, dict) and id(mapping) not in seen:
+                seen.add(id(mapping))
+                out.append((mapping, {k: list(v) for k, v in mapping.items()}))
+        return out
+
+    before = mappings()
+    try:
+        yield
+    finally:
+        for mapping, content in before:
+            mapping.clear()
+            mapping.update(content)
 
 
 def _single_rank(vllm_config: Any) -> None:
@@ -304,7 +338,7 @@ def _side(model: Any, rec: Any, arch: str, n: int, draft: bool) -> dict[str, Any
     # packed: what the quant config holds once the model is built (configure_quant_config /
     # SupportsQuant), i.e. what is_layer_skipped and friends expand fused layers with
     loader = {"mapper": _mapper(model, n, draft),
-              "packed": {k: list(v) for k, v in (rec.packed_modules_mapping or {}).items()} or None,
+              "packed": rec.packed_snapshot or None,
               "stacked": _stacked_params(model) or None, "experts": _expert_mapping(model) or None}
     out["loader"] = {k: v for k, v in loader.items() if v}
     return out
@@ -333,7 +367,7 @@ def record(name: str) -> dict[str, Any]:
     target = TARGETS[name]
     arch = name.split("+", 1)[0]
     config = {"architectures": [arch], "model_type": target.model_type, "num_hidden_layers": N, **target.config}
-    with tempfile.TemporaryDirectory(prefix="specguard-plan-") as d:
+    with tempfile.TemporaryDirectory(prefix="specguard-plan-") as d, _class_mappings_kept():
         vc = _engine_config(target, config, Path(d, "with"))
         _single_rank(vc)
         built, rec = _build(vc, vc.model_config)
@@ -423,7 +457,11 @@ def record_all(out_dir: Path = PLANS_DIR, only: list[str] | None = None) -> dict
 
 
 def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
+    from vllm.model_executor.models.registry import ModelRegistry
+
     _register_remote_configs()
+    for name in only or list(TARGETS):  # imported before any build: _class_mappings_kept sees them
+        ModelRegistry._try_load_model_cls(name.split("+", 1)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     for name in only or list(TARGETS):
