@@ -11,6 +11,7 @@ from specguard.lint import lint, severity_rank
 from specguard.lint import output as out
 from specguard.lint.registry import unknown_codes
 from specguard.terminal import console
+from specguard.usage import reader_gone
 
 
 def _codes(text: str | None) -> list[str] | None:
@@ -28,15 +29,24 @@ def run_lint(args: argparse.Namespace) -> int:
     rs = resolvers(args)
     result = lint(rs, select_codes=select, ignore_codes=ignore)
     source = " + ".join(r.checkpoint.name for r in rs)
-    if args.format == "json":
-        sys.stdout.write(out.as_json(result.findings, source, bytes_read=result.bytes_read,
-                                     total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule) + "\n")
-    elif args.format == "sarif":
-        sys.stdout.write(out.as_sarif(result.findings, source) + "\n")
-    else:
-        out.text(result.findings, source, console(), bytes_read=result.bytes_read,
-                 total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
-    worst = result.worst()
-    if args.fail_on == "never" or worst is None:
+    code = _exit_code(result.worst(), args.fail_on)  # known before printing: a reader gone early changes nothing
+    try:
+        if args.format == "json":
+            sys.stdout.write(out.as_json(result.findings, source, bytes_read=result.bytes_read,
+                                         total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
+                             + "\n")
+        elif args.format == "sarif":
+            sys.stdout.write(out.as_sarif(result.findings, source) + "\n")
+        else:
+            out.text(result.findings, source, console(), bytes_read=result.bytes_read,
+                     total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specguard lint | head -0`
+        return reader_gone(code)
+    return code
+
+
+def _exit_code(worst: str | None, fail_on: str) -> int:
+    if fail_on == "never" or worst is None:
         return 0
-    return 1 if severity_rank(worst) >= severity_rank(args.fail_on) else 0
+    return 1 if severity_rank(worst) >= severity_rank(fail_on) else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import cast
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
 from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, UNMATCHED, Resolver, Route, Verdict
 from specguard.terminal import console, escape, print_table
+from specguard.usage import reader_gone
 
 _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", UNMATCHED: "yellow", REFUSED: "bold red"}
 
@@ -39,12 +41,17 @@ def resolvers(args: argparse.Namespace) -> list[Resolver]:
 def run_route(args: argparse.Namespace) -> int:
     rs = resolvers(args)
     routes = [(r, rt) for r in rs for rt in r.routes()]
-    if args.json:
-        write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
-    else:
-        render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
-               show_ok=args.all)
-    return 1 if any(rt.verdict != OK for _, rt in routes) else 0
+    code = 1 if any(rt.verdict != OK for _, rt in routes) else 0
+    try:
+        if args.json:
+            write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
+        else:
+            render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
+                   show_ok=args.all)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specguard route | head -1`: the answer stands
+        return reader_gone(code)
+    return code
 
 
 def route_record(r: Resolver, rt: Route) -> dict:
