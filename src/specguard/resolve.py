@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
@@ -133,11 +133,16 @@ class Resolver:
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups: dict[str, list[str]]
         self._alias: dict[str, str]
+        # what a config cannot change, shared with ``with_configs``: by prefix its modules and the
+        # tensors they lack, by (prefix, claim, stack) its stored scheme, the draft layers stored
+        self._grouped: dict[object, Any]
         if _like is not None and _same_layout(_like.layout, self.layout):
             # a proposed fix (``with_configs``): same modules, same placements; lint re-routes each fix
             self.layout, self._groups, self._alias = _like.layout, _like._groups, _like._alias
+            self._grouped = _like._grouped  # same modules behind each prefix: same storage
         else:
             self._group()
+            self._grouped = {}
         self._routes: dict[str, Route] = {}
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
@@ -261,11 +266,42 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _stored(self, mods: list[Module], claim: Scheme | None = None) -> tuple[Scheme | None, Sniff | None]:
-        settled = [settle(self.checkpoint, m, claim) for m in mods]
+    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...]]:
+        """The prefix's modules and the tensors they lack (shared like ``_stored``)."""
+        hit = self._grouped.get(prefix)
+        if hit is None:
+            mods = list(map(self.table.modules.__getitem__, names))
+            lacking = {id(m.missing): m.missing for m in mods}.values()  # experts share one tuple
+            hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})))
+        return hit
+
+    def _stored(self, prefix: str, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+        """The stored scheme behind ``prefix``; shared with the re-routes of proposed fixes
+        (``with_configs``), which change the claim or the stack only where they edit them."""
+        key = (prefix, claim, self.declared_config.stack)
+        hit = self._grouped.get(key)
+        if hit is None:
+            hit = self._grouped[key] = self._settle(mods, claim)
+        return hit
+
+    def _settle(self, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         stack = self.declared_config.stack
-        schemes = [name_convention(sc, stack) for sc, _ in settled]
-        sniff = next((sn for _, sn in settled if sn is not None), None)
+        # The modules of a prefix share few schemes (the 256 experts of a layer: one object):
+        # only an ambiguous one is settled module by module (its bytes), the rest once each.
+        named: dict[int, Scheme] = {}
+        schemes: list[Scheme] = []
+        sniff = None
+        for m in mods:
+            sc = m.scheme
+            if sc.format == s.AMBIGUOUS:
+                sc, sn = settle(self.checkpoint, m, claim)
+                sniff = sn if sniff is None else sniff
+                schemes.append(name_convention(sc, stack))
+                continue
+            hit = named.get(id(sc))
+            if hit is None:
+                hit = named[id(sc)] = name_convention(sc, stack)
+            schemes.append(hit)
         formats = {sc.format for sc in schemes}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
@@ -277,7 +313,7 @@ class Resolver:
 
     def _make_route(self, prefix: str) -> Route:
         names = self._groups.get(prefix, [])
-        mods = [self.table[n] for n in names]
+        mods, missing = self._modules_of(prefix, names)
         if not mods:
             return self._absent(prefix)
         first = names[0]
@@ -285,7 +321,7 @@ class Resolver:
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
         declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
-        stored, sniff = self._stored(mods, declared.scheme)
+        stored, sniff = self._stored(prefix, mods, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         if stored is not None and not stored.quantized and not declared.quantized:
@@ -294,7 +330,6 @@ class Resolver:
         if stored is not None and stored.readings:  # the bytes fit several schemes: the claim wins if among them
             stored = stored.reading(declared.scheme.format if stored.fits(declared.scheme.format)
                                     else vllm.scheme.format)
-        missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, kind, shards) if quantizable else ()
@@ -310,6 +345,8 @@ class Resolver:
         module (nothing is built), a later one the modules it names."""
         if self._refusals is None:
             self._refusals = self.vllm.refusals(self.table.modules) if self.target is None else []
+        if not self._refusals:
+            return None
         hit = set(names)
         return next((x for x in self._refusals if not x.names or hit & set(x.names)), None)
 
@@ -347,8 +384,10 @@ class Resolver:
     def _missing_draft_layers(self) -> list[int]:
         if not self.own_draft:
             return []
-        roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
-        present = {r.layer for r in roles if r.is_draft}
+        present = self._grouped.get("draft layers")
+        if present is None:
+            roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
+            present = self._grouped["draft layers"] = {r.layer for r in roles if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 
     def _absent_draft(self, layer: int) -> Route:
