@@ -13,7 +13,6 @@ from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
 
-
 # A name whose part after its first ``.experts`` is mapped whatever its parameter
 # (``expert_module_mapped``): ``<e>.<projection>`` with a decimal expert index.
 _MAPPED = re.compile(r"^(?:(?!\.experts).)*\.experts\.*\d+\.(?:"
