@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +37,8 @@ from specguard.layouts.base import alike
 from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
+
+_SCHEME, _MISSING = attrgetter("scheme"), attrgetter("missing")
 
 
 class Verdict(Vocabulary):
@@ -271,7 +274,8 @@ class Resolver:
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
-            lacking = {id(m.missing): m.missing for m in mods}.values()  # experts share one tuple
+            missing = list(map(_MISSING, mods))
+            lacking = dict(zip(map(id, missing), missing, strict=True)).values()  # experts share one tuple
             hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})))
         return hit
 
@@ -286,26 +290,28 @@ class Resolver:
 
     def _settle(self, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         stack = self.declared_config.stack
-        # The modules of a prefix share few schemes (the 256 experts of a layer: one object):
-        # only an ambiguous one is settled module by module (its bytes), the rest once each.
-        named: dict[int, Scheme] = {}
-        schemes: list[Scheme] = []
+        # The modules of a prefix share few scheme objects (the 256 experts of a layer: one),
+        # found with C-level maps and named once each; only an ambiguous one is settled
+        # module by module (from its bytes).
+        stored = list(map(_SCHEME, mods))
+        by_id = dict(zip(map(id, stored), stored, strict=True))
         sniff = None
-        for m in mods:
-            sc = m.scheme
-            if sc.format == s.AMBIGUOUS:
-                sc, sn = settle(self.checkpoint, m, claim)
-                sniff = sn if sniff is None else sniff
+        if any(sc.format == s.AMBIGUOUS for sc in by_id.values()):
+            schemes = []
+            for m, sc in zip(mods, stored, strict=True):
+                if sc.format == s.AMBIGUOUS:
+                    sc, sn = settle(self.checkpoint, m, claim)
+                    sniff = sn if sniff is None else sniff
                 schemes.append(name_convention(sc, stack))
-                continue
-            hit = named.get(id(sc))
-            if hit is None:
-                hit = named[id(sc)] = name_convention(sc, stack)
-            schemes.append(hit)
-        formats = {sc.format for sc in schemes}
+            distinct: Iterable[Scheme] = schemes
+        else:
+            named = {k: name_convention(sc, stack) for k, sc in by_id.items()}
+            schemes = list(map(named.__getitem__, map(id, stored)))
+            distinct = named.values()
+        formats = {sc.format for sc in distinct}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
-        common = sorted(f for f in formats if all(sc.fits(f) for sc in schemes))
+        common = sorted(f for f in formats if all(sc.fits(f) for sc in distinct))
         if common:  # shards stored alike under one of their readings (a one-block shard beside a wider one)
             return schemes[0].reading(common[0]), sniff
         parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
