@@ -116,7 +116,8 @@ def exit_codes(what: str = "") -> str:
 
 
 def _command(sub: Any, name: str, help: str, exits: str, **kwargs: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=help, epilog=exit_codes(exits), **kwargs)
+    kwargs.setdefault("description", help)
+    p = sub.add_parser(name, help=help, epilog=exit_codes(exits), **kwargs)
     # --debug is accepted after the command too (``specguard lint --debug``).
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the traceback behind an error (exit code unchanged)")
@@ -201,7 +202,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _source_args(p)
     _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default: specguard-report.html)")
-    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
+    p.add_argument("--fail-on", choices=[*SEVERITIES, "never"], default="warning",
                    help="the lint threshold whose exit code the summary states (default: warning)")
     p.set_defaults(func=_cmd_report)
 
