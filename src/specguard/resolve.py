@@ -269,14 +269,16 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...]]:
-        """The prefix's modules and the tensors they lack (shared like ``_stored``)."""
+    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind]:
+        """The prefix's modules (``names``: at least one), the tensors they lack, its role and
+        layer kind: what no config changes, shared like ``_stored``."""
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
             missing = list(map(_MISSING, mods))
             lacking = dict(zip(map(id, missing), missing, strict=True)).values()  # experts share one tuple
-            hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})))
+            hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
+                                           self.layout.role(names[0]), self.layout.module_kind(names[0]))
         return hit
 
     def _stored(self, prefix: str, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
@@ -319,11 +321,10 @@ class Resolver:
 
     def _make_route(self, prefix: str) -> Route:
         names = self._groups.get(prefix, [])
-        mods, missing = self._modules_of(prefix, names)
-        if not mods:
+        if not names:
             return self._absent(prefix)
+        mods, missing, role, kind = self._modules_of(prefix, names)
         first = names[0]
-        role, kind = self.layout.role(first), self.layout.module_kind(first)
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
         declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
