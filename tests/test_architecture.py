@@ -26,6 +26,7 @@ LEVELS = {
     "engine": 8, "integrations": 8,
     "commands": 9,
     "cli": 10,
+    "__main__": 11,  # the console script: cli.main behind a Ctrl-C handler for its imports
     "__init__": 11,  # the public API re-exports every stage
 }
 
