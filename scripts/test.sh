@@ -2,35 +2,67 @@
 # Installs everything the test suite needs into .venv and runs it.
 # torch is pinned to the CPU build; vLLM is installed without its (CUDA) deps
 # plus a pinned pure-Python set, so its quant-config code imports on a CPU box.
+#
+# Where the time goes: each step line says the seconds since the start and the CPU
+# seconds its child processes have used so far (on a shared machine wall time counts
+# others' load). pip runs with --no-compile: it would byte-compile all ~17,000 .py
+# files of the installs (~80 CPU s), while the tests import a fraction of them, which
+# Python compiles on first import. Work that does not need .venv's packages runs in
+# the background (`in_background NAME CMD...`, `wait_for NAME`): an install into a
+# venv of its own (another engine version) belongs there too, never a second pip
+# into .venv at the same time. ruff and mypy run beside pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '[test.sh %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+start=$SECONDS
+step() {
+  local cpu
+  cpu=$(times | awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+  printf '[test.sh %s +%ds, %s CPU s] %s\n' "$(date +%H:%M:%S)" "$((SECONDS - start))" "$cpu" "$*"
+}
+declare -A bg_pid bg_log
+in_background() {  # NAME CMD...: run CMD in the background, its output kept for wait_for
+  local name=$1
+  shift
+  bg_log[$name]="$(mktemp)"
+  "$@" >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+wait_for() {  # NAME: wait for a background job; its output, and exit 1, if it failed
+  wait "${bg_pid[$1]}" || { cat "${bg_log[$1]}"; echo "$1 failed" >&2; exit 1; }
+}
+install_chromium() {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+}
 # Debian's chromium for the report's browser tests (tests/report/): installed in the
 # background while pip works, when missing and when we may (root, as in CI).
-chromium_log="$(mktemp)"
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   step "installing chromium (Debian package) in the background"
-  ( apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium ) \
-    >"$chromium_log" 2>&1 &
-  chromium_pid=$!
+  in_background chromium install_chromium
 fi
 step "creating .venv"
 python3 -m venv .venv
 PIP=".venv/bin/pip"
-$PIP install -q --upgrade pip >/dev/null
+$PIP install -q --no-compile --upgrade pip >/dev/null
 step "installing torch 2.13.0 (CPU build)"
-$PIP install -q torch==2.13.0
+$PIP install -q --no-compile torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
-$PIP install -q --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
+$PIP install -q --no-compile --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
-$PIP install -q -e '.[test]' -r requirements/test.txt
-step "ruff"
-.venv/bin/ruff check src tests benchmarks
-step "mypy"
-.venv/bin/mypy src
-if [ -n "${chromium_pid:-}" ]; then
+$PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
+step "ruff and mypy in the background"
+in_background ruff .venv/bin/ruff check src tests benchmarks
+in_background mypy .venv/bin/mypy src
+if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
-  wait "$chromium_pid" || { cat "$chromium_log"; echo "chromium install failed" >&2; exit 1; }
+  wait_for chromium
 fi
 step "pytest"
-exec .venv/bin/python -m pytest -q "$@"
+status=0
+.venv/bin/python -m pytest -q "$@" || status=$?
+step "ruff"
+wait_for ruff
+step "mypy"
+wait_for mypy
+cat "${bg_log[mypy]}"
+step "done"
+exit "$status"

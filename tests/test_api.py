@@ -42,8 +42,8 @@ def test_user_errors_share_one_base():
 @pytest.mark.parametrize(("argv", "prefix"), [
     (["--no-such-option"], "specguard: error: "),
     (["lint", "--fail-on", "fatal"], "specguard: error: "),
-    (["factory", "s1"], "specguard factory: error: "),
-    (["factory", "no-such-scenario", "/nonexistent/out"], "specguard factory: error: "),
+    (["factory", "s1"], "specguard: error: "),
+    (["factory", "no-such-scenario", "/nonexistent/out"], "specguard: error: "),
 ])
 def test_usage_errors_are_one_line_with_the_command_as_prefix(argv, prefix, capsys):
     assert main(argv) == 2

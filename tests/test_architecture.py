@@ -27,6 +27,7 @@ LEVELS = {
     "engine": 9, "integrations": 9,
     "commands": 10,
     "cli": 11,
+    "__main__": 12,  # the console script: cli.main behind a Ctrl-C handler for its imports
     "__init__": 12,  # the public API re-exports every stage
 }
 

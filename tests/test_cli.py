@@ -170,3 +170,56 @@ def test_bare_safetensors_file_without_config(tmp_path, capsys):
     assert "draft" in out and "main" in out
     assert main(["route", str(p)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_lint_json_is_format_json(scenarios, capsys):
+    s1 = str(scenarios["s1"].path)
+    assert main(["lint", s1, "--json"]) == 1
+    as_flag = capsys.readouterr().out
+    assert main(["lint", s1, "--format", "json"]) == 1
+    assert as_flag == capsys.readouterr().out and json.loads(as_flag)["findings"]
+
+
+@pytest.mark.parametrize("command", ["inspect", "route", "lint", "rule", "fix", "watch", "factory", "demo"])
+def test_every_help_gives_the_exit_codes_and_debug(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps at the terminal's width
+    assert "exit codes: 0 " in text and "2 bad input or usage" in text and "130 interrupted" in text, text
+    assert "--debug" in text
+
+
+def test_fix_help_shows_out_as_required(capsys):
+    with pytest.raises(SystemExit):
+        main(["fix", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "--out DIR" in usage and "[--out" not in usage, usage
+
+
+def test_bare_specguard_is_usage_on_stderr_and_exit_2(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: specguard")
+
+
+def test_factory_error_shows_its_traceback_with_debug(tmp_path, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert main(["factory", "s1", str(blocked / "out")]) == 2
+    assert capsys.readouterr().err.startswith("specguard: error: ")
+    assert main(["factory", "s1", str(blocked / "out"), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("specguard: error: ")
+
+
+@pytest.mark.parametrize(("scenario", "code"), [("s8", 0), ("s1", 1)])
+def test_a_closed_pipe_exits_with_the_commands_own_code(scenarios, scenario, code):
+    """`specguard lint CLEAN | head -0`: 0, not 1 (findings); a checkpoint with findings: still 1."""
+    for args in (["lint"], ["lint", "--format", "json"], ["route"]):
+        proc = subprocess.Popen([sys.executable, "-m", "specguard", *args, str(scenarios[scenario].path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before the first write
+        _, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (code, b""), (args, err)

@@ -136,6 +136,7 @@ _AS_ANOTHER_USER = """
 import os, sys
 from specguard.cli import main
 main(sys.argv[1:3])                 # warm every import the command needs while still root
+import specguard.factory.sample     # (lint without a source opens the embedded sample: imported lazily)
 os.seteuid(65534)                   # then act as 'nobody': root's DAC override is gone
 sys.exit(main(sys.argv[3:]))
 """

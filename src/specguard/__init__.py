@@ -15,13 +15,13 @@ Every error a user can cause is a ``specguard.SpecguardError``.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
 from specguard._version import __version__
 from specguard.errors import ConfigError, LayoutError, SpecguardError, UsageError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from specguard.checkpoint.errors import CheckpointError
     from specguard.checkpoint.source import Checkpoint, open_checkpoint
     from specguard.guard import LoadGuard
@@ -49,6 +49,8 @@ _RENAMED = {"lint_resolvers": "lint"}
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
+        from importlib import import_module
+
         return getattr(import_module(_LAZY[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

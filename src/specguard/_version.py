@@ -1,10 +1,4 @@
-"""The installed distribution's version (pyproject.toml is the one place it is written)."""
+"""specguard's version: the one place it is written (pyproject.toml reads it at build time,
+so the installed metadata agrees; a literal, so `specguard --version` imports nothing)."""
 
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("specguard")
-except PackageNotFoundError:  # a source tree on sys.path without an install
-    __version__ = "0+unknown"
+__version__ = "0.1.0"

@@ -4,25 +4,35 @@ handler in ``commands/``.
 Bad input or bad usage (a SpecguardError) is one line on stderr and exit code 2
 (``--debug`` shows the traceback); any other exception is a bug in specguard
 and shows as one.
+
+Parsing imports no stage: `--version`, `--help`, `rule`, a mistyped option and
+`watch` never load numpy or ml_dtypes, and a command's own modules are imported
+when it runs (tests/test_startup.py checks the import graph; benchmarks/startup.py
+times it).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from specguard._version import __version__
-from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS
 from specguard.errors import SpecguardError, UsageError
-from specguard.layouts.roles import DraftKind
-from specguard.lint.finding import Severity
-from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail
+from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail, reader_gone
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 PROG = "specguard"
+
+# The parser's vocabularies, written out so that parsing imports no stage;
+# tests/test_startup.py checks each against the stage that owns it.
+ENGINE = "vLLM 0.33"  # engines.vllm.v0_33.ENGINE
+PLATFORMS = ("cuda", "rocm", "cpu")  # engines.vllm.v0_33.PLATFORMS
+DRAFT_METHODS = ("mtp", "dspark", "eagle")  # layouts.roles.DraftKind
+SEVERITIES = ("info", "warning", "error")  # lint.finding.Severity, ascending
 
 
 def _source_args(p: argparse.ArgumentParser) -> None:
@@ -97,15 +107,21 @@ def _factory(argv: list[str]) -> int:
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": _factory}
 
 
-EXIT_CODES = "exit codes: 0 ok; 1 {what}; 2 bad input or usage (one line on stderr); 130 interrupted"
-UNVOUCHED = (f"; 3 could not vouch: nothing else wrong, but specguard does not model what {ENGINE} builds for "
-             "some module (a verdict `unknown`, SG205)")
+EXIT_CODES = "exit codes: 0 ok; {what}2 bad input or usage (one line on stderr); {unvouched}130 interrupted"
+UNVOUCHED = ("3 could not vouch: nothing else wrong, but specguard does not model what the engine builds for "
+             "some module (a verdict `unknown`, SG205); ")
 
 
-def _command(sub: Any, name: str, help: str, exits: str, description: str | None = None,
-             vouches: bool = False) -> argparse.ArgumentParser:
-    epilog = EXIT_CODES.format(what=exits) + (UNVOUCHED if vouches else "") if exits else None
-    p = sub.add_parser(name, help=help, description=description or help, epilog=epilog)
+def exit_codes(what: str = "", vouches: bool = False) -> str:
+    """The epilog every command's --help ends with (``what``: what exit code 1 means, if used;
+    ``vouches``: the command exits 3 where it cannot vouch for a module)."""
+    return EXIT_CODES.format(what=f"1 {what}; " if what else "", unvouched=UNVOUCHED if vouches else "")
+
+
+def _command(sub: Any, name: str, help: str, exits: str, *, vouches: bool = False,
+             **kwargs: Any) -> argparse.ArgumentParser:
+    kwargs.setdefault("description", help)
+    p = sub.add_parser(name, help=help, epilog=exit_codes(exits, vouches), **kwargs)
     # --debug is accepted after the command too (``specguard lint --debug``).
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the traceback behind an error (exit code unchanged)")
@@ -114,14 +130,16 @@ def _command(sub: Any, name: str, help: str, exits: str, description: str | None
 
 def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
     p.add_argument("--draft", metavar="SRC2", help=draft_help)
-    p.add_argument("--draft-method", choices=list(DraftKind),
+    p.add_argument("--draft-method", choices=DRAFT_METHODS,
                    help="how the draft is served (default: from config.json: DSpark where it names "
                         "dspark_target_layer_ids, else MTP; eagle needs --draft)")
     p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser. ``command``: the command being run ("" for none), whose options alone
+    need their module imported (watch's come from commands/watch.py); None: every command's."""
     parser = ArgumentParser(
         prog=PROG,
         description="Read what a quantized checkpoint stores, module by module, and check it against its config.",
@@ -155,9 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     _draft_args(p, "separate drafter checkpoint, linted with the target")
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text",
                    help="text (one finding per line in a pipe), JSON, or SARIF 2.1.0 (default: text)")
+    p.add_argument("--json", action="store_const", dest="format", const="json",
+                   help="the same as --format json (as inspect and route take it)")
     p.add_argument("--select", help="comma-separated rule codes or prefixes to run (e.g. SG2,SG401; default: all)")
     p.add_argument("--ignore", help="comma-separated rule codes or prefixes to skip")
-    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
+    p.add_argument("--fail-on", choices=[*SEVERITIES, "never"], default="warning",
                    help="exit 1 when a finding is at least this severe (default: warning)")
     p.set_defaults(func=_cmd_lint)
 
@@ -166,14 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="list every rule")
     p.set_defaults(func=_cmd_rule)
 
-    p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "")
+    p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "",
+                 usage=f"{PROG} fix [SOURCE] --out DIR [options]\n       {PROG} fix [SOURCE] --diff [options]")
     _source_args(p)
-    p.add_argument("--out", metavar="DIR", help="new or empty directory for the repaired checkpoint")
+    out = p.add_argument_group("required: --out, --diff or both")
+    out.add_argument("--out", metavar="DIR", help="new or empty directory for the repaired checkpoint")
+    out.add_argument("--diff", action="store_true",
+                     help="print the config change (and a --hf-overrides JSON); alone, it writes nothing")
     p.add_argument("--draft", metavar="SRC2", help="separate drafter checkpoint, repaired with the target")
-    p.add_argument("--draft-method", choices=["mtp", "dspark", "eagle"], help="how the draft is served")
-    p.add_argument("--platform", choices=["cuda", "rocm", "cpu", "all"], default="all",
+    p.add_argument("--draft-method", choices=DRAFT_METHODS, help="how the draft is served")
+    p.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all",
                    help="vLLM platform classes the repair must route right on (default: all)")
-    p.add_argument("--diff", action="store_true", help="print the config change (and a --hf-overrides JSON)")
     p.set_defaults(func=_cmd_fix)
 
     p = _command(sub, "report", "one self-contained HTML page: summary, module map, findings, repair",
@@ -184,15 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     _source_args(p)
     _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default: specguard-report.html)")
-    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
+    p.add_argument("--fail-on", choices=[*SEVERITIES, "never"], default="warning",
                    help="the lint threshold whose exit code the summary states (default: warning)")
     p.set_defaults(func=_cmd_report)
 
     p = _command(sub, "watch", "speculative-decoding health of a running vLLM server, from its /metrics",
                  "--once: a model alerts (0: healthy or too idle to judge; 2 also: the server cannot be watched)")
-    from specguard.commands.watch import add_arguments
+    if command in (None, "watch"):
+        from specguard.commands.watch import add_arguments
 
-    add_arguments(p)
+        add_arguments(p)
     p.set_defaults(func=_cmd_watch)
 
     sub.add_parser("demo", help="what misrouting costs: speculative decoding on a trained model (needs torch; "
@@ -205,8 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit code (0 ok, 1 findings, 2 bad input or usage, 3 route/lint could
     not vouch for every module, 130 Ctrl-C)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         if argv and argv[0] in PASSTHROUGH:
             return PASSTHROUGH[argv[0]](argv[1:])
         return _run(argv)
@@ -214,20 +238,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `specguard rule --all | head`: the reader has all it wanted
-        # Python flushes stdout again at exit; point it at /dev/null so that says nothing.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return reader_gone(0)
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _run(argv: list[str]) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_in(argv) or "")
     try:
         args = parser.parse_args(argv)
     except UsageError as e:
         return fail(PROG, e)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
+    if func is None:  # a bare `specguard`: what it takes, where errors go
+        parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     try:
         return func(args)
@@ -236,9 +263,7 @@ def _run(argv: list[str]) -> int:
     except (SpecguardError, OSError) as e:
         # Bad input or usage, or a file the user's system will not let us read
         # (permissions, a vanished disk); anything else is a bug and shows as one.
-        if getattr(args, "debug", False):
-            traceback.print_exc()
-        return fail(PROG, e if isinstance(e, SpecguardError) else _os_error(e))
+        return fail(PROG, e if isinstance(e, SpecguardError) else _os_error(e), debug=getattr(args, "debug", False))
 
 
 def _os_error(e: OSError) -> str:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
@@ -38,6 +39,8 @@ from specguard.layouts.base import alike
 from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
+
+_SCHEME, _MISSING = attrgetter("scheme"), attrgetter("missing")
 
 
 class Verdict(Vocabulary):
@@ -139,11 +142,16 @@ class Resolver:
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups: dict[str, list[str]]
         self._alias: dict[str, str]
+        # what a config cannot change, shared with ``with_configs``: by prefix its modules and the
+        # tensors they lack, by (prefix, claim, stack) its stored scheme, the draft layers stored
+        self._grouped: dict[object, Any]
         if _like is not None and _same_layout(_like.layout, self.layout):
             # a proposed fix (``with_configs``): same modules, same placements; lint re-routes each fix
             self.layout, self._groups, self._alias = _like.layout, _like._groups, _like._alias
+            self._grouped = _like._grouped  # same modules behind each prefix: same storage
         else:
             self._group()
+            self._grouped = {}
         self._routes: dict[str, Route] = {}
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
@@ -269,15 +277,51 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _stored(self, mods: list[Module], claim: Scheme | None = None) -> tuple[Scheme | None, Sniff | None]:
-        settled = [settle(self.checkpoint, m, claim) for m in mods]
+    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind]:
+        """The prefix's modules (``names``: at least one), the tensors they lack, its role and
+        layer kind: what no config changes, shared like ``_stored``."""
+        hit = self._grouped.get(prefix)
+        if hit is None:
+            mods = list(map(self.table.modules.__getitem__, names))
+            missing = list(map(_MISSING, mods))
+            lacking = dict(zip(map(id, missing), missing, strict=True)).values()  # experts share one tuple
+            hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
+                                           self.layout.role(names[0]), self.layout.module_kind(names[0]))
+        return hit
+
+    def _stored(self, prefix: str, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+        """The stored scheme behind ``prefix``; shared with the re-routes of proposed fixes
+        (``with_configs``), which change the claim or the stack only where they edit them."""
+        key = (prefix, claim, self.declared_config.stack)
+        hit = self._grouped.get(key)
+        if hit is None:
+            hit = self._grouped[key] = self._settle(mods, claim)
+        return hit
+
+    def _settle(self, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         stack = self.declared_config.stack
-        schemes = [name_convention(sc, stack) for sc, _ in settled]
-        sniff = next((sn for _, sn in settled if sn is not None), None)
-        formats = {sc.format for sc in schemes}
+        # The modules of a prefix share few scheme objects (the 256 experts of a layer: one),
+        # found with C-level maps and named once each; only an ambiguous one is settled
+        # module by module (from its bytes).
+        stored = list(map(_SCHEME, mods))
+        by_id = dict(zip(map(id, stored), stored, strict=True))
+        sniff = None
+        if any(sc.format == s.AMBIGUOUS for sc in by_id.values()):
+            schemes = []
+            for m, sc in zip(mods, stored, strict=True):
+                if sc.format == s.AMBIGUOUS:
+                    sc, sn = settle(self.checkpoint, m, claim)
+                    sniff = sn if sniff is None else sniff
+                schemes.append(name_convention(sc, stack))
+            distinct: Iterable[Scheme] = schemes
+        else:
+            named = {k: name_convention(sc, stack) for k, sc in by_id.items()}
+            schemes = list(map(named.__getitem__, map(id, stored)))
+            distinct = named.values()
+        formats = {sc.format for sc in distinct}
         if len(formats) <= 1:
             return (schemes[0] if schemes else None), sniff
-        common = sorted(f for f in formats if all(sc.fits(f) for sc in schemes))
+        common = sorted(f for f in formats if all(sc.fits(f) for sc in distinct))
         if common:  # shards stored alike under one of their readings (a one-block shard beside a wider one)
             return schemes[0].reading(common[0]), sniff
         parts = ", ".join(f"{m.name.rsplit('.', 1)[-1]}: {sc.format}" for m, sc in zip(mods, schemes, strict=True))
@@ -285,15 +329,14 @@ class Resolver:
 
     def _make_route(self, prefix: str) -> Route:
         names = self._groups.get(prefix, [])
-        mods = [self.table[n] for n in names]
-        if not mods:
+        if not names:
             return self._absent(prefix)
+        mods, missing, role, kind = self._modules_of(prefix, names)
         first = names[0]
-        role, kind = self.layout.role(first), self.layout.module_kind(first)
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
         declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
-        stored, sniff = self._stored(mods, declared.scheme)
+        stored, sniff = self._stored(prefix, mods, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         if stored is not None and not stored.quantized and not declared.quantized:
@@ -302,7 +345,6 @@ class Resolver:
         if stored is not None and stored.readings:  # the bytes fit several schemes: the claim wins if among them
             stored = stored.reading(declared.scheme.format if stored.fits(declared.scheme.format)
                                     else vllm.scheme.format)
-        missing = tuple(sorted({p for m in mods for p in m.missing}))
         # A dead pattern matters only where a config could quantize the module.
         quantizable = kind not in (ModuleKind.NORM, ModuleKind.OTHER) and declared.source != NO_QUANT_CONFIG
         unmatched = self._unmatched(first, kind, shards) if quantizable else ()
@@ -318,6 +360,8 @@ class Resolver:
         module (nothing is built), a later one the modules it names."""
         if self._refusals is None:
             self._refusals = self.vllm.refusals(self.table.modules) if self.target is None else []
+        if not self._refusals:
+            return None
         hit = set(names)
         return next((x for x in self._refusals if not x.names or hit & set(x.names)), None)
 
@@ -355,8 +399,10 @@ class Resolver:
     def _missing_draft_layers(self) -> list[int]:
         if not self.own_draft:
             return []
-        roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
-        present = {r.layer for r in roles if r.is_draft}
+        present = self._grouped.get("draft layers")
+        if present is None:
+            roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
+            present = self._grouped["draft layers"] = {r.layer for r in roles if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 
     def _absent_draft(self, layer: int) -> Route:

@@ -27,14 +27,22 @@ PIPE_WIDTH = 4096  # wide enough that no table row of ours wraps in a pipe
 INDENT = 4  # a record's fields, under its first cell
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader has gone (``| head``): rich would exit 1, the code for findings; the CLI
+        ends instead with the command's own code (usage.reader_gone)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
     """A console for stdout (or ``file``/stderr): the terminal's width, or unwrapped in a pipe."""
     stream = file or (sys.stderr if stderr else sys.stdout)
     if _isatty(stream):
-        return Console(file=stream, highlight=False)
+        return _Console(file=stream, highlight=False)
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
-    return Console(file=stream, width=width, soft_wrap=True, highlight=False)
+    return _Console(file=stream, width=width, soft_wrap=True, highlight=False)
 
 
 def _isatty(stream: IO[str]) -> bool:

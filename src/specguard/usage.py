@@ -1,19 +1,26 @@
 """How every command front end (specguard, specguard factory, specguard demo)
-reports a user's mistake: one line ``PROG: error: MESSAGE`` on stderr, exit 2.
+ends: a user's mistake is one line ``specguard: error: MESSAGE`` on stderr, exit 2;
+Ctrl-C is ``specguard: interrupted``, exit 130; a reader that stops early
+(``| head``) ends the command quietly.
 
 argparse's own style, minus the usage dump, so a pipe or a CI log gets one
 line per failure. Anything that is not a SpecguardError is a bug and is left
-to propagate as one.
+to propagate as one. Imported before any command runs: standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import NoReturn
 
 from specguard.errors import SpecguardError, UsageError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+PROG = "specguard"  # every error line's prefix, whichever command (factory, demo) printed it
 EXIT_BAD_INPUT = 2
 EXIT_UNVOUCHED = 3  # route/lint: nothing wrong found, but some module specguard could not vouch for
 EXIT_INTERRUPTED = 130
@@ -26,7 +33,23 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def fail(prog: str, error: SpecguardError | str) -> int:
-    """Print ``PROG: error: MESSAGE`` (one line) and return the bad-input exit code."""
+def fail(prog: str, error: SpecguardError | str, *, debug: bool = False) -> int:
+    """Print ``PROG: error: MESSAGE`` (one line; ``debug``: the traceback being handled
+    first) and return the bad-input exit code."""
+    if debug:
+        import traceback
+
+        traceback.print_exc()
     print(f"{prog}: error: {error}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def reader_gone(code: int) -> int:
+    """stdout's reader has gone (``| head``): point stdout at /dev/null, so Python's
+    flush at exit says nothing, and return ``code`` (the command's own answer)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # stdout is no file (a test's capture): nothing flushes there at exit
+        return code
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return code

@@ -141,5 +141,5 @@ def test_an_unwritable_plot_path_fails_before_the_run(
     assert main(["--plot", str(tmp_path / where)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.count("\n") == 1 and captured.err.startswith("specguard demo: error: --plot ")
+    assert captured.err.count("\n") == 1 and captured.err.startswith("specguard: error: --plot ")
     assert message in captured.err, captured.err

@@ -37,7 +37,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, capsys, argv) -> None:
     args = [a.format(**paths) for a in argv]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("specguard factory:")
+    assert err.count("\n") == 1 and err.startswith("specguard: error: ")
     assert (tmp_path / "full" / "keep.txt").read_text() == "x"
     assert not (tmp_path / "new").exists()
 

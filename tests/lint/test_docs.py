@@ -72,6 +72,14 @@ def test_specguard_rule_prints_the_page(code, capsys):
     assert rule_doc(code) == _page(code)
 
 
+def test_the_rule_index_specguard_rule_reads_is_current():
+    """`specguard rule` reads lint/docs/rules.json, not the rules (start-up): it must say what they say."""
+    from specguard.commands.rule import INDEX
+    from specguard.lint.registry import rule_index
+
+    assert INDEX.read_text() == rule_index(), "stale: run scripts/refresh_rule_index.py"
+
+
 def test_unknown_rule_exits_2_with_one_line(capsys):
     assert main(["rule", "NOPE"]) == 2
     err = capsys.readouterr().err

@@ -12,7 +12,7 @@ from specguard.lint import Finding, lint, severity_rank
 from specguard.lint import output as out
 from specguard.lint.registry import unknown_codes
 from specguard.terminal import console
-from specguard.usage import EXIT_UNVOUCHED
+from specguard.usage import EXIT_UNVOUCHED, reader_gone
 
 UNVOUCHED_CODE = "SG205"  # lint/rules_routing.py build_unknown: modules specguard cannot vouch for
 
@@ -32,15 +32,21 @@ def run_lint(args: argparse.Namespace) -> int:
     rs = resolvers(args)
     result = lint(rs, select_codes=select, ignore_codes=ignore)
     source = " + ".join(r.checkpoint.name for r in rs)
-    if args.format == "json":
-        sys.stdout.write(out.as_json(result.findings, source, bytes_read=result.bytes_read,
-                                     total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule) + "\n")
-    elif args.format == "sarif":
-        sys.stdout.write(out.as_sarif(result.findings, source) + "\n")
-    else:
-        out.text(result.findings, source, console(), bytes_read=result.bytes_read,
-                 total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
-    return exit_code(result.findings, args.fail_on)
+    code = exit_code(result.findings, args.fail_on)  # known before printing: a reader gone early changes nothing
+    try:
+        if args.format == "json":
+            sys.stdout.write(out.as_json(result.findings, source, bytes_read=result.bytes_read,
+                                         total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
+                             + "\n")
+        elif args.format == "sarif":
+            sys.stdout.write(out.as_sarif(result.findings, source) + "\n")
+        else:
+            out.text(result.findings, source, console(), bytes_read=result.bytes_read,
+                     total_bytes=result.checkpoint_bytes, bytes_by_rule=result.bytes_by_rule)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specguard lint | head -0`
+        return reader_gone(code)
+    return code
 
 
 def exit_code(findings: Sequence[Finding], fail_on: str) -> int:

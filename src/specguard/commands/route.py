@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import cast
 
 from rich.console import Console
@@ -17,7 +18,7 @@ from specguard.layouts.roles import role_label
 from specguard.layouts.runs import group_runs
 from specguard.resolve import MISROUTED, MISSING, OK, REFUSED, UNKNOWN, Resolver, Route, Verdict
 from specguard.terminal import console, escape, print_table
-from specguard.usage import EXIT_UNVOUCHED
+from specguard.usage import EXIT_UNVOUCHED, reader_gone
 
 _VERDICT_STYLE = {OK: "green", MISROUTED: "bold red", MISSING: "red", REFUSED: "bold red", UNKNOWN: "magenta"}
 
@@ -40,13 +41,18 @@ def resolvers(args: argparse.Namespace) -> list[Resolver]:
 def run_route(args: argparse.Namespace) -> int:
     rs = resolvers(args)
     routes = [(r, rt) for r in rs for rt in r.routes()]
-    if args.json:
-        write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
-    else:
-        render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
-               show_ok=args.all)
     verdicts = {rt.verdict for _, rt in routes} - {OK}
-    return 1 if verdicts - {UNKNOWN} else EXIT_UNVOUCHED if verdicts else 0
+    code = 1 if verdicts - {UNKNOWN} else EXIT_UNVOUCHED if verdicts else 0
+    try:
+        if args.json:
+            write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
+        else:
+            render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
+                   show_ok=args.all)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specguard route | head -1`: the answer stands
+        return reader_gone(code)
+    return code
 
 
 def route_record(r: Resolver, rt: Route) -> dict:

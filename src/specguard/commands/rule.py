@@ -1,22 +1,38 @@
-"""`specguard rule`: explain a lint rule, or list them all."""
+"""`specguard rule`: explain a lint rule, or list them all.
+
+Reads the shipped pages and their index (lint/docs/rules.json, written from the
+registry by scripts/refresh_rule_index.py), not the rules: explaining a rule
+loads neither the checkpoint stages nor numpy.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from specguard.errors import UsageError
-from specguard.lint.registry import RULES, rule_doc
+
+DOCS = Path(__file__).resolve().parent.parent / "lint" / "docs"  # the package specguard.lint, not imported
+INDEX = DOCS / "rules.json"  # {code: {name, severity, summary}}
+
+
+def rule_index() -> dict[str, dict[str, str]]:
+    """Every rule's name, default severity and one-line summary, by code."""
+    index: dict[str, dict[str, str]] = json.loads(INDEX.read_text())
+    return index
 
 
 def run_rule(args: argparse.Namespace) -> int:
+    rules = rule_index()
     if args.all or not args.code:
-        for code, r in sorted(RULES.items()):
-            print(f"{code}  {r.name:42s} {r.severity:8s} {r.summary}")
+        for code, r in sorted(rules.items()):
+            print(f"{code}  {r['name']:42s} {r['severity']:8s} {r['summary']}")
         return 0
     code = args.code.upper()
-    if code not in RULES:
+    if code not in rules:
         raise UsageError(f"unknown rule {args.code!r} (see `specguard rule --all`)")
-    doc = rule_doc(code)
-    r = RULES[code]
-    print(doc if doc else f"# {code} {r.name}\n\n{r.summary}\n")
+    page = DOCS / f"{code}.md"
+    r = rules[code]
+    print(page.read_text() if page.is_file() else f"# {code}: {r['name']}\n\n{r['summary']}\n")
     return 0

@@ -35,7 +35,8 @@ class NameIndex:
     """A set of names (checkpoint names or runtime prefixes) to test patterns against."""
 
     def __init__(self, names: Iterable[str]) -> None:
-        self.names: list[str] = sorted({n for n in names if _SEP not in n})
+        # first-seen order: sorting 45,000 checkpoint names cost more than every scan of them
+        self.names: list[str] = [n for n in dict.fromkeys(names) if _SEP not in n]
         self._set = frozenset(self.names)
 
     @cached_property
@@ -110,7 +111,7 @@ class NameIndex:
         """Every indexed name ``pat`` matches, in sorted order."""
         hit = self._matching(pat, want_all=True)
         if hit is None:
-            return [n for n in self.names if pat.matches(n)]
+            return sorted(n for n in self.names if pat.matches(n))
         return sorted(hit)
 
     def any(self, pat: m.Pattern) -> bool:

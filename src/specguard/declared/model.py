@@ -237,7 +237,7 @@ class Declared:
     def understood(self) -> bool:
         return self.stack != "unknown"
 
-    @property
+    @cached_property  # asked once per route (lint: every fix's re-route too)
     def exclusions(self) -> tuple[Pattern, ...]:
         """The ignore / exclude entries (patterns whose match keeps a module out)."""
         return tuple(x for x in self.patterns if x.effect in (UNQUANTIZED, NATIVE))

@@ -38,6 +38,7 @@ from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
 from specguard.terminal import console, escape, print_table
 from specguard.usage import EXIT_INTERRUPTED, ArgumentParser, fail
+from specguard.usage import PROG as ERROR_PREFIX
 
 DEMO_SCENARIOS = {
     "s1": "S1: NVFP4 conversion, MTP draft experts stored MXFP4, misleading global config",
@@ -306,6 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-guard", action="store_true",
                    help="load without LoadGuard: never-written parameters keep torch.empty memory, "
                         "so the global policy's results depend on the allocator (seed 001)")
+    p.add_argument("--debug", action="store_true", help="show the traceback behind an error (exit code unchanged)")
     return p
 
 
@@ -399,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         _check(args)
     except UsageError as exc:
-        return fail(PROG, exc)
+        return fail(ERROR_PREFIX, exc)
     scenarios = list(DEMO_SCENARIOS) if args.scenario == "all" else [args.scenario]
     prompts = prompts_from_held_out(args.prompts)
     t0 = time.perf_counter()
@@ -408,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             plot(results, args.plot, args.k)
         except OSError as exc:  # checked before the run; the disk may still fill up or vanish
-            return fail(PROG, f"--plot {args.plot}: {exc.strerror or exc}")
+            return fail(ERROR_PREFIX, f"--plot {args.plot}: {exc.strerror or exc}", debug=args.debug)
     if args.json:
         settings = {"prompts": len(prompts), "new_tokens": args.new_tokens, "k": args.k,
                     "device": args.device, "threads": args.threads, "guard": not args.no_guard,
@@ -429,5 +431,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{ERROR_PREFIX}: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)

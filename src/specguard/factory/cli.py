@@ -12,21 +12,22 @@ from pathlib import Path
 
 from specguard.errors import SpecguardError, UsageError
 from specguard.factory import ScenarioInfo
-from specguard.usage import ArgumentParser, fail
+from specguard.usage import PROG, ArgumentParser, fail
 
-PROG = "specguard factory"
+EXIT_CODES = "exit codes: 0 written; 2 bad input or usage (one line on stderr); 130 interrupted (nothing left behind)"
 
 
 def _parser() -> argparse.ArgumentParser:
     from specguard.factory import SCENARIOS, SIZES
 
-    p = ArgumentParser(prog=PROG,
-                description="Write a small, real checkpoint for one scenario.",
-                epilog="scenarios: " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
+    p = ArgumentParser(prog=f"{PROG} factory",
+                       description="Write a small, real checkpoint for one scenario.",
+                       epilog=f"{EXIT_CODES}. Scenarios: " + "; ".join(f"{k}: {v}" for k, v in SCENARIOS.items()))
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} (case-insensitive)")
     p.add_argument("outdir", type=Path, help="new or empty directory to write into")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--size", default="tiny", choices=sorted(SIZES), help="model size preset (default: tiny)")
+    p.add_argument("--debug", action="store_true", help="show the traceback behind an error (exit code unchanged)")
     return p
 
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         info = _write_whole(args, out)
     except (OSError, SpecguardError) as e:  # unwritable directory; any other error is a bug
-        return fail(PROG, f"{out}: {e}")
+        return fail(PROG, f"{out}: {e}", debug=args.debug)
     n = len(info.expected) + len(info.drafter_expected)
     where = f"{out / info.path.name if info.drafter_path else out}" + (
         f" and {out / info.drafter_path.name}" if info.drafter_path else "")

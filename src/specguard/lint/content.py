@@ -56,12 +56,19 @@ def read_scales(r: Resolver) -> ScaleSamples:
     tensors: list[TensorInfo] = []
     modules: list[str] = []
     params: list[str] = []
+    owners: list[str] = []  # each module with a scale, once
+    owner_of: list[int] = []  # per scale: its module's place in ``owners``
+    numpy_dtypes = NUMPY
     for m in r.table:
+        n = len(tensors)
         for p, t in m.params.items():
-            if p in SCALE_PARAMS and t.dtype in NUMPY:
+            if p in SCALE_PARAMS and t.dtype in numpy_dtypes:
                 tensors.append(t)
-                modules.append(m.name)
                 params.append(p)
+        if len(tensors) > n:
+            modules += [m.name] * (len(tensors) - n)
+            owner_of += [len(owners)] * (len(tensors) - n)
+            owners.append(m.name)
     if r.checkpoint.root is None or not tensors:
         return ScaleSamples([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, bool), [])
     n = len(tensors)
@@ -78,11 +85,11 @@ def read_scales(r: Resolver) -> ScaleSamples:
     buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
-    layers = {m: m.split(".experts.")[0] for m in dict.fromkeys(modules)}  # once per module, not per scale
-    layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers.values()))}
-    layer_of = {m: layer_ids[x] for m, x in layers.items()}
+    layers = [m.split(".experts.")[0] for m in owners]  # once per module, not per scale
+    layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
+    layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
-    siblings = (np.fromiter(map(layer_of.__getitem__, modules), np.int64, n) * len(param_ids)
+    siblings = (layer_of[np.array(owner_of, dtype=np.int64)] * len(param_ids)
                 + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
     return ScaleSamples(list(map(attrgetter("name"), tensors)), modules, siblings, np.array(params, dtype=object),
                         per_tensor, columns)

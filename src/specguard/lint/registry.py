@@ -85,5 +85,15 @@ def rule_doc(code: str) -> str | None:
         return None
 
 
+def rule_index() -> str:
+    """lint/docs/rules.json's text: each rule's name, severity and summary by code, which
+    `specguard rule` reads without importing the rules (scripts/refresh_rule_index.py writes it)."""
+    import json
+
+    index = {code: {"name": r.name, "severity": str(r.severity), "summary": r.summary}
+             for code, r in sorted(RULES.items())}
+    return json.dumps(index, indent=1, ensure_ascii=False) + "\n"
+
+
 def docs_dir() -> Path:
     return Path(str(resources.files("specguard.lint").joinpath("docs")))

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
-from specguard.engines.vllm.loader import FAILS, SKIPPED, expert_load, expert_module_mapped, renamed
+from specguard.engines.vllm.loader import FAILS, PROJECTIONS, SKIPPED, expert_load, expert_module_mapped, renamed
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
@@ -30,6 +31,12 @@ def will_not_start(ctx: LintContext) -> Iterator[Finding]:
             )
 
 
+# A name whose part after its first ``.experts`` is mapped whatever its parameter
+# (``expert_module_mapped``): ``<e>.<projection>`` with a decimal expert index.
+_MAPPED = re.compile(r"^(?:(?!\.experts).)*\.experts\.*\d+\.(?:"
+                     + "|".join(map(re.escape, sorted(PROJECTIONS))) + r")(?:\.|$)", re.M)
+
+
 def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
     """(tensor name, its part after the layer's ``experts.``, is 3-D) of every routed-expert tensor."""
     for res, rt in ctx.all_routes():
@@ -38,6 +45,8 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
         # with a quant config, AutoWeightsLoader drops ``.g_idx`` before any layer sees it
         # (QuantizationConfig.get_checkpoint_weight_mapper)
         dropped = ("g_idx",) if res.declared_config.stack != "none" else ()
+        if len(_MAPPED.findall("\n".join(rt.checkpoint_names))) == len(rt.checkpoint_names):
+            continue  # every module named ``experts.<e>.<projection>``: one scan of the layer, not one per expert
         for module in rt.checkpoint_names:
             mod = res.table.modules.get(module)
             if mod is None or ".experts." not in f"{module}.":

@@ -20,8 +20,8 @@ def index_integrity(ctx: LintContext) -> Iterator[Finding]:
         if c.index is None:
             continue
         total = c.index.get("total_size")
-        outside = set(c.outside_index)
-        actual = c.total_bytes - sum(t.offsets[1] - t.offsets[0] for n, t in c.tensors.items() if n in outside)
+        outside = (c.tensors[n] for n in c.outside_index)  # a handful, if any: not a pass over every tensor
+        actual = c.total_bytes - sum(t.offsets[1] - t.offsets[0] for t in outside)
         if isinstance(total, int) and total != actual:
             yield SG601.finding(f"index metadata total_size is {total:,} but the tensors hold {actual:,} bytes",
                                 (), "write the tensors' byte total into metadata.total_size", severity=INFO)

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from specguard.formats.settle import scale_tensor, sniff_module
+from specguard.formats.settle import scale_tensor
+from specguard.formats.sniff import SAMPLE_BYTES, sniff_many
 from specguard.formats.specs import spec_for
 from specguard.lint.content import ScaleColumn, ScaleSamples
 from specguard.lint.context import LintContext, describe
@@ -103,6 +104,8 @@ SG402 = rule("SG402", "scale-bytes-contradict-dtype", WARNING,
 def scale_label(ctx: LintContext) -> Iterator[Finding]:
     groups: dict[tuple, list[str]] = defaultdict(list)
     detail: dict[tuple, str] = {}
+    todo: list[tuple[Route, str, str]] = []  # (route, scale dtype, the label its bytes must fit)
+    raws: list[bytes] = []
     for r in ctx.resolvers:
         if r.checkpoint.root is None:
             continue
@@ -110,20 +113,20 @@ def scale_label(ctx: LintContext) -> Iterator[Finding]:
             claim = _claimed(rt)
             if claim is None:
                 continue
-            mod = r.table[rt.checkpoint_names[0]]
-            name = scale_tensor(mod)
+            name = scale_tensor(r.table[rt.checkpoint_names[0]])
             if name is None:
                 continue
             t = r.checkpoint.tensors[name]
             if t.dtype not in ("U8", "F8_E4M3", "F8_E8M0"):
                 continue
-            sn = sniff_module(r.checkpoint, mod)
-            label = claim if t.dtype == "U8" else t.dtype
-            if sn is not None and sn.dtype is not None and sn.dtype != label and sn.confidence >= 0.9:
-                how = f"claimed {label} by {'the declared scheme' if t.dtype == 'U8' else 'its dtype'}"
-                key = (t.dtype, label, sn.dtype)
-                groups[key].extend(rt.checkpoint_names)
-                detail[key] = f"{how}, bytes read as {sn.dtype} with confidence {sn.confidence:.2f} ({sn.evidence})"
+            raws.append(r.checkpoint.read_bytes_range(name, SAMPLE_BYTES))
+            todo.append((rt, t.dtype, claim if t.dtype == "U8" else t.dtype))
+    for (rt, dtype, label), sn in zip(todo, sniff_many(raws), strict=True):  # one batch: hundreds of modules
+        if sn.dtype is not None and sn.dtype != label and sn.confidence >= 0.9:
+            how = f"claimed {label} by {'the declared scheme' if dtype == 'U8' else 'its dtype'}"
+            key = (dtype, label, sn.dtype)
+            groups[key].extend(rt.checkpoint_names)
+            detail[key] = f"{how}, bytes read as {sn.dtype} with confidence {sn.confidence:.2f} ({sn.evidence})"
     for key, names in groups.items():
         yield SG402.finding(f"{key[0]} scale bytes of {describe(names)}: {detail[key]}",
                       tuple(names), "label the scale with the dtype its bytes hold, and route the module by it")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -35,29 +36,33 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     """vLLM keeps one global scale per fused layer (the max): shards quantized
     against different ones lose precision in all but one."""
     experts_kind = ModuleKind.ROUTED_EXPERTS
-    fused = {n: rt.prefix for rt in ctx.routes(r) if len(rt.checkpoint_names) > 1 and rt.kind != experts_kind
+    routes = ctx.routes(r)
+    fused = {n: rt.prefix for rt in routes if len(rt.checkpoint_names) > 1 and rt.kind != experts_kind
              for n in rt.checkpoint_names}
-    experts = {n: rt.prefix for rt in ctx.routes(r) if rt.kind == experts_kind for n in rt.checkpoint_names}
+    experts = set().union(*(rt.checkpoint_names for rt in routes if rt.kind == experts_kind))
     if not fused and not experts:
         return
     samples = ctx.scales(r)
-    by_layer: dict[tuple[str, str], list[float]] = defaultdict(list)
+    # each per-tensor global scale's first element, gathered column by column (no loop over every scale)
+    first = np.zeros(len(samples.names), dtype=np.float64)
+    read = np.zeros(len(samples.names), dtype=bool)  # a float scale with an element read
     for col in samples.columns:
-        if col.dtype not in ("F32", "BF16", "F16"):
+        if col.dtype in ("F32", "BF16", "F16"):
+            first[col.owners] = col.values[col.starts]
+            read[col.owners] = True
+    wanted = np.flatnonzero(read & samples.per_tensor & np.isin(samples.params, GLOBAL_SCALES))
+    modules, params = samples.modules, samples.params.tolist()
+    by_layer: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for i, value in zip(wanted.tolist(), first[wanted].tolist(), strict=True):
+        module, param = modules[i], params[i]
+        if module in fused:
+            key = (fused[module], param)
+        elif module in experts and module.endswith((".w1", ".w3")):
+            key = (module.rsplit(".", 1)[0], param)  # w1 and w3 of one expert fuse into w13
+        else:
             continue
-        firsts = col.values[col.starts].tolist()
-        for i, first in zip(col.owners.tolist(), firsts, strict=True):
-            module, param = samples.modules[i], samples.params[i]
-            if param not in GLOBAL_SCALES or not samples.per_tensor[i]:
-                continue
-            if module in fused:
-                key = (fused[module], param)
-            elif module in experts and module.endswith((".w1", ".w3")):
-                key = (module.rsplit(".", 1)[0], param)  # w1 and w3 of one expert fuse into w13
-            else:
-                continue
-            by_layer[key].append(first)
-    bad = [k for k, v in by_layer.items() if len(v) > 1 and np.isfinite(v).all() and max(v) > min(v) * 1.0001]
+        by_layer[key].append(value)
+    bad = [k for k, v in by_layer.items() if len(v) > 1 and all(map(math.isfinite, v)) and max(v) > min(v) * 1.0001]
     if bad:
         yield SG501.finding(
             f"{len(bad)} fused layer(s) whose shards carry different {bad[0][1]}: {describe(k[0] for k in bad)}",

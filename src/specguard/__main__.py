@@ -1,0 +1,44 @@
+"""The `specguard` command's entry point (also `python -m specguard`).
+
+Ctrl-C at any moment is one line, ``specguard: interrupted``, and exit code 130:
+while the command's modules import (before cli.main can catch a
+KeyboardInterrupt) a signal handler says so and ends the process, nothing
+having been written yet; from cli.main on, its ``except KeyboardInterrupt``
+does, after the command's own clean-up. This module is imported by the
+console script alone: a library user's SIGINT handling is never touched.
+"""
+
+import _signal as signal  # type: ignore[import-not-found]  # signal.py imports enum: the C module is loaded
+import os
+import sys
+
+
+def _interrupted_while_importing(signum: int, frame: object) -> None:
+    try:
+        os.write(2, b"specguard: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+# First, before any import of ours: what is left is the interpreter's own start-up (site
+# import, the console script's first line), where Ctrl-C is Python's to report.
+signal.signal(signal.SIGINT, _interrupted_while_importing)
+
+
+def main() -> int:
+    """Run `specguard` with sys.argv; the exit code (cli.main's)."""
+    from specguard.cli import main as cli_main
+    from specguard.usage import EXIT_INTERRUPTED
+
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # cli.main catches it from here
+        return cli_main()
+    except KeyboardInterrupt:  # in the instant before cli.main's own try
+        print("specguard: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the answer is in: let the exit finish
+
+
+if __name__ == "__main__":
+    sys.exit(main())
