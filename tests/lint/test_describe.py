@@ -42,4 +42,4 @@ def test_sg203_on_a_quark_moe_export_counts_what_it_lists_and_names_no_draft():
     count = int(re.search(r"(\d+) main module\(s\)", f.message).group(1))
     listed = f.message.rsplit("): ", 1)[1]
     assert sum(_expand(x) for x in listed.split("; ")) == count  # runtime modules, as listed
-    assert "draft" not in f.fix
+    assert f.fix is not None and "draft" not in f.fix.message
