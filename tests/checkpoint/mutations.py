@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import random
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class Raw(bytes):
     """A value written as these bytes (10,000 levels of nesting: no tree, no recursion)."""
 
 
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but the quote and the backslash
+
+
 def dump(v: object, indent: bool = False) -> bytes:
     sep = b",\n  " if indent else b","
     if type(v) is Obj:
@@ -58,7 +62,11 @@ def dump(v: object, indent: bool = False) -> bytes:
     if type(v) is Raw:
         return bytes(v)
     if type(v) is str:
+        if _PLAIN.fullmatch(v):
+            return b'"' + v.encode() + b'"'
         return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if type(v) is int:
+        return str(v).encode()
     return json.dumps(v).encode()
 
 
@@ -93,12 +101,16 @@ def read_seed(path: Path, name: str | None = None) -> Seed:
     return Seed(name or path.parent.name, _tree(json.loads(raw[8:8 + n])), len(raw) - 8 - n)  # type: ignore[arg-type]
 
 
-def shrunk(seed: Seed, rng: random.Random) -> Seed:
-    """The seed with every dimension cut to 1, 2 or 4 and the offsets retiled: same
-    names, dtypes, ranks and order, a data section of a few KB (the reference
-    reader copies it). Sub-byte dtypes get a last dimension of 8 (whole bytes)."""
+def shrunk(seed: Seed, rng: random.Random, entries: int = 12) -> Seed:
+    """A window of up to ``entries`` consecutive entries of the seed (and its
+    metadata), every dimension cut to 1, 2 or 4 and the offsets retiled: real
+    names, dtypes, ranks and order, a data section of a few hundred bytes (the
+    reference reader copies it). Sub-byte dtypes get a last dimension of 8."""
     out, pos = Obj(), 0
-    for k, v in seed.header:
+    pairs = [p for p in seed.header if p[0] != "__metadata__"]
+    start = rng.randrange(max(1, len(pairs) - entries + 1))
+    window = [p for p in seed.header if p[0] == "__metadata__"] + pairs[start:start + entries]
+    for k, v in window:
         if k == "__metadata__" or type(v) is not Obj:
             out.append((k, v))
             continue
@@ -470,13 +482,14 @@ def case(seed: Seed, rng: random.Random) -> tuple[bytes, int, str]:
     return raw, 8 + len(raw) + max(0, seed.buffer + slack), "+".join(kinds)
 
 
-def cases(seed_list: list[Seed], count: int, seed: int = 0, shrink: float = 0.9) -> Iterator[tuple[bytes, int, str]]:
-    """``count`` cases, round-robin over the seeds; most from shrunk seeds (small data sections)."""
+def cases(seed_list: list[Seed], count: int, seed: int = 0, shrink: float = 0.95) -> Iterator[tuple[bytes, int, str]]:
+    """``count`` cases, round-robin over the seeds; most from shrunk windows of them
+    (a few entries, small data sections), the rest from the whole real header."""
     rng = random.Random(seed)
-    small = [shrunk(s, rng) for s in seed_list]
+    small = [[shrunk(s, rng) for _ in range(4)] for s in seed_list]
     for i in range(count):
         k = i % len(seed_list)
-        yield case(small[k] if rng.random() < shrink else seed_list[k], rng)
+        yield case(rng.choice(small[k]) if rng.random() < shrink else seed_list[k], rng)
 
 
 # -- the judge --------------------------------------------------------------------------------
