@@ -482,7 +482,7 @@ def case(seed: Seed, rng: random.Random) -> tuple[bytes, int, str]:
     return raw, 8 + len(raw) + max(0, seed.buffer + slack), "+".join(kinds)
 
 
-def cases(seed_list: list[Seed], count: int, seed: int = 0, shrink: float = 0.95) -> Iterator[tuple[bytes, int, str]]:
+def cases(seed_list: list[Seed], count: int, seed: int = 0, shrink: float = 0.97) -> Iterator[tuple[bytes, int, str]]:
     """``count`` cases, round-robin over the seeds; most from shrunk windows of them
     (a few entries, small data sections), the rest from the whole real header."""
     rng = random.Random(seed)
