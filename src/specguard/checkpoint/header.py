@@ -362,7 +362,7 @@ def _entry(value: object, name: str, file: str, data_start: int) -> TensorInfo:
     if type(dtype) is not str or dtype not in BITS:
         raise _Refused(f"unknown dtype {shown(dtype)}")
     if type(shape) is not list or not _u64s(shape):
-        raise _Refused(f"shape {shown(shape)} is not a list of integers in [0, 2**64)")
+        raise _Refused(f"shape {shown(shape)} is not a list of non-negative integers below 2**64")
     if type(offsets) is not list or len(offsets) != 2 or not _u64s(offsets):
         raise _Refused(f"bad data_offsets {shown(offsets)}")
     return TensorInfo(dtype, tuple(shape), (offsets[0], offsets[1]), name, file, data_start)
