@@ -115,6 +115,10 @@ def test_differential_against_safetensors(fuzz_seeds):
     ("a 0 before the overflow", b'{"a":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}',
      True),
     ("entry as a list", b'{"a":["U8",[0],[0,0]]}', True),
+    ("a second __metadata__ shaped like an entry", b'{"__metadata__":{},"a":{"dtype":"U8","shape":[0],'
+     b'"data_offsets":[0,0]},"__metadata__":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}', False),
+    ("__metadata__ last, shaped like an entry", b'{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},'
+     b'"__metadata__":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}', False),
     ("dtype as a map", b'{"a":{"dtype":{"U8":null},"shape":[0],"data_offsets":[0,0]}}', True),
 ])
 def test_issue_22_cases(label, header, accepted):

@@ -162,6 +162,7 @@ def _fast(raw: bytes, size: int, file: str) -> FileHeader | None:
     numbers, trailing bytes) and checks the types it decodes (TensorInfo's
     annotations); what it lets through that serde_json refuses is ruled out here,
     each with one C-speed test:
+    - ``__metadata__`` anywhere but first, or twice, decoded as a tensor: a key lookup;
     - a repeated field or tensor key, a second ``__metadata__``, an unknown field
       (msgspec skips those unchecked: invalid UTF-8, ``1e999``, 10,000 levels of
       nesting): each is one more JSON string than the decoded records hold, so
@@ -175,6 +176,8 @@ def _fast(raw: bytes, size: int, file: str) -> FileHeader | None:
         metadata, entries = _split_metadata(raw)
         tensors = _DECODE_ENTRIES(entries)
     except (msgspec.DecodeError, RecursionError):
+        return None
+    if "__metadata__" in tensors:  # not first, or a second one, shaped like an entry: never a tensor
         return None
     strings = 5 * len(tensors) + (1 + 2 * len(metadata) if entries is not raw else 0)
     # each string has two quotes; an escaped quote inside one only adds (the reference path takes it)
