@@ -76,14 +76,20 @@ def main() -> None:
     verdicts: collections.Counter = collections.Counter()
     bad: list = []
     done, t0 = 0, time.time()
+    stopped = ""
     with multiprocessing.Pool(args.workers) as pool:
-        for k, v, b, n in pool.imap_unordered(_run, jobs):
-            kinds.update(k)
-            verdicts.update(v)
-            bad += b
-            done += n
-            print(f"  {done:,} cases, {len(bad)} disagreements, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    print(f"{done:,} cases in {time.time() - t0:.0f} s ({args.workers} workers); safetensors accepted "
+        try:
+            for k, v, b, n in pool.imap_unordered(_run, jobs):
+                kinds.update(k)
+                verdicts.update(v)
+                bad += b
+                done += n
+                print(f"  {done:,} cases, {len(bad)} disagreements, {time.time() - t0:.0f} s", file=sys.stderr,
+                      flush=True)
+        except KeyboardInterrupt:  # Ctrl-C: report the chunks that finished
+            pool.terminate()
+            stopped = f" (stopped by Ctrl-C before {args.cases:,})"
+    print(f"{done:,} cases{stopped} in {time.time() - t0:.0f} s ({args.workers} workers); safetensors accepted "
           f"{verdicts['accepted']:,}, rejected {verdicts['rejected']:,}")
     print("mutation kinds applied (a case has one to three, sometimes a byte-level one after):")
     for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
