@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 
 import numpy as np
@@ -224,7 +225,7 @@ def _bad_answers(shard: bytes) -> dict[str, tuple[Answer, str]]:
                             "truncated or wrong range"),
         "size says shorter": (Answer(206, {"Content-Range": f"bytes 0-{n - 1}/{n}"}, shard[:n]),
                               "runs past the end of the file"),
-        "size says longer": (Answer(200, {}, shard + b"\0" * 64), "data section holds"),
+        "size says longer": (Answer(206, {}, whole=shard + b"\0" * 64), "data section holds"),
         "header over the cap": (Answer(200, {}, struct.pack("<Q", MAX_HEADER + 1) + b"{}" + b" " * 6), "exceeds the"),
         "HTML error page": (Answer(200, {"Content-Type": "text/html; charset=utf-8"},
                                    b"<!DOCTYPE html><html><body>Service unavailable</body></html>"), "HTML page"),
@@ -263,3 +264,126 @@ def test_no_home_means_no_cache_not_a_cache_in_the_working_directory(monkeypatch
     assert not cache.seen("https://hub", "acme/x") and cache.load(None) is None
     cache.save(None, cache.Snapshot(None, {}, []))
     assert list(tmp_path.iterdir()) == []
+
+
+# Hostile servers (docs/remote.md, "Limits"): each case ends within the audit's deadline
+# with one line on stderr and exit 2, and leaves nothing in the cache. Short limits keep
+# the suite fast; the defaults are 30 s per request, 120 s per audit, 30 s of retry waits.
+# Not shorter: on a loaded machine an honest loopback answer can take a second.
+LIMITS = {"SPECGUARD_REMOTE_TIMEOUT": "2", "SPECGUARD_REMOTE_DEADLINE": "6", "SPECGUARD_REMOTE_RETRY_WAIT": "0.5"}
+BOUND = 6 + 10.0  # the audit deadline plus slack for a loaded machine; without limits these cases take minutes
+
+
+def _range_answer(body: bytes, size: int, **kw) -> Answer:
+    return Answer(206, {"Content-Range": f"bytes 0-{len(body) - 1}/{size}"}, body, **kw)
+
+
+HOSTILE: dict[str, tuple[str, list[Answer], str]] = {
+    # case: (file, answers given first, what the one line must say)
+    "Retry-After an hour": (INDEX, [Answer(429, {"Retry-After": "3600"})], "rate-limits requests.*try again after"),
+    "Retry-After past the cap": (INDEX, [Answer(429, {"Retry-After": "2"})], "rate-limits.*_RETRY_WAIT"),
+    "slow drip": (SHARD1, [_range_answer(b"\0" * 64, 10_000, drip=5.0)] * 8, "within"),
+    "Content-Length that lies, held open": (
+        SHARD1, [Answer(206, {"Content-Range": "bytes 0-299/99999", "Content-Length": "300"}, b"\0" * 100,
+                        hold=600)] * 8, "within"),
+    "500 storm": (INDEX, [Answer(500, {})] * 20, "HTTP 500.*gave up"),
+    "503 storm on a shard": (SHARD1, [Answer(503, {})] * 20, "HTTP 503.*gave up"),
+    "dropped connections": (SHARD1, [Answer(0, {}, drop=True)] * 20, "dropped the connection"),
+    "redirect loop": (INDEX, [Answer(302, {"Location": f"/acme/tiny/resolve/main/{INDEX}"})] * 30, "redirect loop"),
+    "redirect to another scheme": (INDEX, [Answer(302, {"Location": "ftp://hub.invalid/x"})], "bad redirect"),
+    "redirect without Location": (INDEX, [Answer(302, {})], "bad redirect"),
+    "redirect to a closed port": ("config.json", [Answer(302, {"Location": "http://127.0.0.1:9/x"})],
+                                  "cannot reach"),
+    "missing repo (401)": (INDEX, [Answer(401, {"X-Error-Code": "RepoNotFound",
+                                                "X-Error-Message": "Invalid username or password."})],
+                           "repository not found.*HF_TOKEN"),
+    "gated repo (403)": (INDEX, [Answer(403, {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access restricted"})],
+                         "gated repository.*HF_TOKEN"),
+    "login page": (INDEX, [Answer(302, {"Location": "/login"})], "HTML page.*HF_TOKEN"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_server_one_line_within_the_deadline(hub_env, monkeypatch, capfd, case):
+    import time
+
+    for k, v in LIMITS.items():
+        monkeypatch.setenv(k, v)
+    _repo(hub_env / "repo")
+    name, answers, message = HOSTILE[case]
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        hub.script[name] = list(answers)
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        t = time.monotonic()
+        code = main(["inspect", "acme/tiny", "--remote"])
+        took = time.monotonic() - t
+    err = capfd.readouterr().err.strip().splitlines()  # fd level: a library's log handler shows here too
+    assert code == 2 and len(err) == 1, err
+    assert re.search(message, err[0]), err[0]
+    assert took < BOUND, f"{case}: {took:.1f} s"
+    assert not list((hub_env / "xdg").rglob("*.msgpack"))
+
+
+def _sparse_single(root, data_bytes):
+    """A one-file repo whose shard is ``data_bytes`` long (sparse: nothing written but the header)."""
+    root.mkdir()
+    header = json.dumps({"w": {"dtype": "U8", "shape": [data_bytes], "data_offsets": [0, data_bytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(root / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + data_bytes)
+
+
+def test_whole_file_for_a_range_is_refused_unread(hub_env, monkeypatch, capfd):
+    """A server ignoring the range starts a 200 MiB answer: refused from its headers, not downloaded."""
+    _sparse_single(hub_env / "big", 200 << 20)
+    with HubServer({"acme/big": hub_env / "big"}, honour_range=False) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["inspect", "acme/big", "--remote"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ignored the byte range" in err[0] and "209,715," in err[0]
+    assert hub.bytes_sent < 32 << 20  # what the socket buffers took before the client hung up, not 200 MiB
+
+
+def test_small_file_answered_whole_is_accepted(hub_env, monkeypatch):
+    """A 200 for a range covering the whole (small) file is what was asked: read, not refused."""
+    root = hub_env / "single"
+    root.mkdir()
+    save_file({"a.weight": np.zeros((3, 3), np.float32)}, root / "model.safetensors")
+    with HubServer({"acme/one": root}, honour_range=False) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert set(open_checkpoint("acme/one", remote=True).tensors) == {"a.weight"}
+
+
+def test_limits_from_the_environment(monkeypatch):
+    from specguard.checkpoint.hubhttp import Limits
+    from specguard.errors import UsageError
+
+    assert Limits.from_env() == Limits(30.0, 120.0, 30.0)
+    monkeypatch.setenv("SPECGUARD_REMOTE_DEADLINE", "5")
+    assert Limits.from_env().audit == 5.0
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv("SPECGUARD_REMOTE_TIMEOUT", bad)
+        with pytest.raises(UsageError, match="SPECGUARD_REMOTE_TIMEOUT"):
+            Limits.from_env()
+
+
+def test_damaged_cache_entry_is_a_miss_and_the_next_audit_repairs_it(hub_env, monkeypatch):
+    _many_shards(hub_env / "repo", shards=4)
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        first = open_checkpoint("acme/many", remote=True)
+        [entry] = (hub_env / "xdg").rglob("*.msgpack")
+        data = bytearray(entry.read_bytes())
+        # One byte of a cached header flipped: a shape's digit, inside a msgpack bin, so the file still decodes.
+        at = data.index(b'"shape":[4,') + len(b'"shape":[')
+        data[at] = ord("5")
+        entry.write_bytes(bytes(data))
+        hub.reset()
+        again = open_checkpoint("acme/many", remote=True)
+        assert len(hub.requests) == 4 + 4  # a miss: HEAD, then index, configs and shards
+        hub.reset()
+        third = open_checkpoint("acme/many", remote=True)
+        assert [r.method for r in hub.requests] == ["HEAD"]  # repaired: a hit again
+    _same(first, again)
+    _same(first, third)

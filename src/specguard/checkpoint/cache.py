@@ -4,7 +4,9 @@ revision needs only the request that resolves the revision.
 
 The raw bytes are kept (index, configs, each shard's size and header JSON) and
 parsed again on a hit, so a cached audit is validated exactly as a fresh one.
-An unreadable or foreign cache file is a miss, never an error.
+Each file carries a checksum of its bytes: a damaged entry (a flipped bit that
+still decodes, a file cut short) is a miss, never an error, and the audit that
+misses writes it again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import msgspec
 
 from specguard.errors import SpecguardError
 
-VERSION = 1
+VERSION = 2  # v2: checksummed
+_MAGIC = b"specguard-remote\n"
+_DIGEST = 32  # bytes of the BLAKE2b checksum after the magic
 
 
 class Snapshot(msgspec.Struct, frozen=True):
@@ -68,9 +72,20 @@ def load(path: Path | None) -> Snapshot | None:
     if path is None:
         return None
     try:
-        return msgspec.msgpack.decode(path.read_bytes(), type=Snapshot)
-    except (OSError, msgspec.DecodeError):
+        data = path.read_bytes()
+    except OSError:
         return None
+    payload = memoryview(data)[len(_MAGIC) + _DIGEST:]
+    if not data.startswith(_MAGIC) or data[len(_MAGIC) : len(_MAGIC) + _DIGEST] != _checksum(payload):
+        return None
+    try:
+        return msgspec.msgpack.decode(payload, type=Snapshot)
+    except msgspec.DecodeError:
+        return None
+
+
+def _checksum(payload: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(payload, digest_size=_DIGEST).digest()
 
 
 def save(path: Path | None, snapshot: Snapshot) -> None:
@@ -82,8 +97,9 @@ def save(path: Path | None, snapshot: Snapshot) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
+            payload = msgspec.msgpack.encode(snapshot)
             with os.fdopen(fd, "wb") as f:
-                f.write(msgspec.msgpack.encode(snapshot))
+                f.write(_MAGIC + _checksum(payload) + payload)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

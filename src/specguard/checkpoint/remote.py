@@ -1,4 +1,4 @@
-"""Remote headers over HTTP range requests, through huggingface_hub's client.
+"""Remote headers over HTTP range requests (hubhttp.py: httpx2 within deadlines).
 
 Only the index, the config files and each shard's header bytes travel; tensor
 data never does. For a repo of S shards, S + 3 requests in three rounds and
@@ -17,7 +17,9 @@ HEAD instead, which resolves the revision without the index's bytes: a second
 audit of the same revision costs that one request; after a push the index then
 travels with the configs (S + 4).
 Answers are validated as strictly as local files, plus what only a server can
-get wrong: a range shorter than asked, a size that lies, an HTML page.
+get wrong: a range shorter than asked, a size that lies, an HTML page, a whole
+file for a range (refused from its headers), an error status (named: not found,
+gated, rate-limited).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import os
 import re
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from specguard.checkpoint import cache
 from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
-from specguard.checkpoint.header import FileHeader, check_header_length, parse_header
+from specguard.checkpoint.header import MAX_HEADER, FileHeader, check_header_length, parse_header
+from specguard.checkpoint.hubhttp import Answer, Session, refusal
 from specguard.checkpoint.index import (
     CONFIG,
     CONFIGS,
@@ -44,20 +47,16 @@ from specguard.checkpoint.index import (
     merge,
 )
 
-if TYPE_CHECKING:
-    import httpx2
-
 # Requests in flight at once. The Hub counts requests per 5-minute window (its
 # resolver quota is in the thousands even for anonymous users), not open
-# connections; 32 is huggingface_hub's own cap for its thread pools
-# (utils/tqdm.py, thread_map) and reads a 163-shard header set in 6 waves.
-POOL = 32
+# connections. 64 reads a 64-shard header set in one wave after the first shard
+# (benchmarks/remote.py) and a 163-shard one (DeepSeek-V3) in three.
+POOL = 64
 FIRST_READ = 100_000  # bytes for a shard with no index to size it from, as huggingface_hub does
-TIMEOUT = 30.0  # seconds per request; timeouts are retried
-RETRIES = 5  # per request, on 429, 5xx, timeouts and dropped answers (huggingface_hub's http_backoff)
 ENTRY_MARGIN = 1.05  # on the learned bytes per entry: shards of other tensor kinds (a drafter's) differ ~5 %
 CALIBRATE_FROM = 16  # tensors a shard needs before its bytes per entry size the others' reads
 SLACK = 256  # bytes per first read beyond the estimate (metadata, padding)
+SMALL_FILE = MAX_HEADER  # the most an index or config answer may hold (a shard header's own cap)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -65,14 +64,12 @@ Progress = Callable[[int, int], None]
 
 
 def open_remote(repo_id: str, revision: str | None, progress: Progress | None = None) -> Checkpoint:
-    import httpx2 as httpx  # huggingface_hub's HTTP client
-    from huggingface_hub.errors import HfHubHTTPError
-
     hub = _Hub(repo_id)
     if revision and _COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
         snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, revision))
         if snapshot is not None:
             return _build(repo_id, revision, snapshot)
+    hub.connect()
     try:
         if cache.seen(hub.endpoint, repo_id):
             commit, indexed = hub.lookup(revision)
@@ -84,107 +81,103 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
             (index, commit), fetch_index = hub.get_file(INDEX, revision), False
         snapshot, headers = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
         checkpoint = _build(repo_id, commit, snapshot, headers)  # validated before it is cached
-    except HfHubHTTPError as e:
-        raise CheckpointError(repo_id, f"HTTP error: {str(e).splitlines()[0]}") from e
-    except (OSError, httpx.HTTPError) as e:  # refused, DNS, timeouts after retries, offline mode
-        raise CheckpointError(repo_id, f"cannot reach the server: {e}") from e
+    finally:
+        hub.close()
     cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
     return checkpoint
 
 
 class _Hub:
-    """Requests to one repo: the user's token on each, retries with backoff."""
+    """Requests to one repo: the user's token on each, within the audit's limits (hubhttp.py)."""
 
     def __init__(self, repo_id: str) -> None:
         from huggingface_hub import constants
-        from huggingface_hub.utils import build_hf_headers
 
         self.repo_id = repo_id
-        self.endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
-        self.headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
+        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.session: Session | None = None
+
+    def connect(self) -> None:
+        from huggingface_hub import constants
+        from huggingface_hub.utils import build_hf_headers
+
+        if constants.is_offline_mode():
+            raise CheckpointError(self.repo_id, "offline mode is on (HF_HUB_OFFLINE): --remote needs the network")
+        headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
+        self.token = "authorization" in {k.lower() for k in headers}
+        self.session = Session(self.repo_id, headers, connections=POOL)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
 
     def url(self, name: str, revision: str | None) -> str:
-        from huggingface_hub import hf_hub_url
+        from urllib.parse import quote
 
-        return hf_hub_url(self.repo_id, name, revision=revision, endpoint=self.endpoint)
+        rev = quote(revision or "main", safe="")  # as huggingface_hub's hf_hub_url
+        return f"{self.endpoint}/{self.repo_id}/resolve/{rev}/{quote(name)}"
 
-    def request(
-        self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str] | None = None,
-    ) -> httpx2.Response:
-        """One request, retried on 429 (after ``Retry-After``), 5xx and timeouts."""
-        import httpx2 as httpx
-        from huggingface_hub.utils import http_backoff
-
-        return http_backoff(
-            method, url, headers={**self.headers, **(headers or {})}, timeout=TIMEOUT, max_retries=RETRIES,
-            # A refused connection or unknown host is not retried: the server is not there.
-            retry_on_exceptions=(httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError),
-            follow_redirects=method == "GET",  # a HEAD answers on the Hub itself; GETs go on to the CDN
-        )
+    def request(self, method: Literal["GET", "HEAD"], name: str, revision: str | None, **kw: Any) -> Answer:
+        assert self.session is not None
+        return self.session.get(self.url(name, revision), f"{self.repo_id}/{name}", method=method, **kw)
 
     def lookup(self, revision: str | None) -> tuple[str, bool]:
         """The commit ``revision`` resolves to, and whether the repo has an index: one HEAD."""
-        from huggingface_hub.utils import hf_raise_for_status
-
-        r = self.request("HEAD", self.url(INDEX, revision))
-        if r.status_code >= 400 and not _missing_entry(r):
-            hf_raise_for_status(r)
-        return self.commit_of(r, revision), r.status_code < 400
+        r = self.request("HEAD", INDEX, revision, limit=0)
+        if r.status >= 300 and not _missing_entry(r):
+            raise refusal(r, self.repo_id, revision, self.token)
+        return self.commit_of(r, revision), r.status < 300
 
     def get_file(self, name: str, revision: str | None) -> tuple[bytes | None, str]:
         """A small file's bytes (None when the repo has no such file) and the commit they are from."""
-        from huggingface_hub.utils import hf_raise_for_status
-
-        r = self.request("GET", self.url(name, revision))
-        commit = self.commit_of(r, revision)
+        r = self.request("GET", name, revision, limit=SMALL_FILE)
         if _missing_entry(r):
-            return None, commit
-        hf_raise_for_status(r)
-        _not_html(r, f"{self.repo_id}/{name}")
-        return r.content, commit
+            return None, self.commit_of(r, revision)
+        if r.status >= 300:
+            raise refusal(r, self.repo_id if name == INDEX else f"{self.repo_id}/{name}", revision, self.token)
+        return r.body, self.commit_of(r, revision)
 
-    def commit_of(self, r: httpx2.Response, revision: str | None) -> str:
+    def commit_of(self, r: Answer, revision: str | None) -> str:
         """The commit the Hub resolved ``revision`` to: on its own answer, before any CDN redirect."""
-        commit = next((h.headers["x-repo-commit"] for h in (*r.history, r) if "x-repo-commit" in h.headers), None)
+        commit = r.commit
         if commit is None:
             if revision and _COMMIT.match(revision):
                 return revision
-            raise CheckpointError(self.repo_id, f"the server did not name the commit of {revision or 'main'}")
+            raise CheckpointError(self.repo_id, f"the server did not name the commit of {revision or 'main'} "
+                                                "(no X-Repo-Commit): not a Hugging Face Hub endpoint?")
         if not _COMMIT.match(commit):
             raise CheckpointError(self.repo_id, f"the server named {commit[:60]!r} as the commit, not a hash")
         return commit
 
     def get_range(self, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
         """Bytes [start, end] of a file (fewer only where the file ends) and its size."""
-        from huggingface_hub.utils import hf_raise_for_status
-
         where = f"{self.repo_id}/{name}"
-        r = self.request("GET", self.url(name, commit), {"range": f"bytes={start}-{end}"})
-        hf_raise_for_status(r)
-        _not_html(r, where)
-        if r.status_code == 200:  # the server ignored the range: the body is the whole file
-            return r.content[start : end + 1], len(r.content)
+        r = self.request("GET", name, commit, first=start, last=end, limit=end - start + 1)
+        if _missing_entry(r):
+            raise _NoSuchShard(name)
+        if r.status >= 300:
+            raise refusal(r, where, commit, self.token)
+        if r.status == 200:  # a whole file no longer than asked (hubhttp refused a longer one unread)
+            return r.body, len(r.body)
         m = _CONTENT_RANGE.match(r.headers.get("content-range", ""))
-        if r.status_code != 206 or m is None:
-            raise CheckpointError(where, f"HTTP {r.status_code} without a Content-Range: the file size is unknown")
+        if r.status != 206 or m is None:
+            raise CheckpointError(where, f"HTTP {r.status} without a Content-Range: the file size is unknown")
         first, last, size = map(int, m.groups())
         expected = min(end, size - 1) - start + 1
-        if first != start or last - first + 1 != expected or len(r.content) != expected:
+        if first != start or last - first + 1 != expected or len(r.body) != expected:
             raise CheckpointError(
-                where, f"asked for bytes {start}-{end} of {size}, got {len(r.content)} bytes "
+                where, f"asked for bytes {start}-{end} of {size}, got {len(r.body)} bytes "
                 f"(Content-Range {first}-{last}): a truncated or wrong range",
             )
-        return r.content, size
+        return r.body, size
 
 
-def _missing_entry(r: httpx2.Response) -> bool:
-    return r.status_code == 404 and r.headers.get("x-error-code") == "EntryNotFound"
+class _NoSuchShard(Exception):
+    pass
 
 
-def _not_html(r: httpx2.Response, where: str) -> None:
-    """A proxy or login page answering 200 instead of the file (say, a captive portal)."""
-    if r.headers.get("content-type", "").startswith("text/html"):
-        raise CheckpointError(where, f"the server answered an HTML page (HTTP {r.status_code}), not the file")
+def _missing_entry(r: Answer) -> bool:
+    return r.status == 404 and r.headers.get("x-error-code") == "EntryNotFound"
 
 
 def _fetch(
@@ -204,8 +197,10 @@ def _fetch(
             shards = _shards_of(load_index(index, f"{hub.repo_id}/{INDEX}")[0], hub.repo_id)
         raws, headers = _read_headers(pool, hub, commit, shards, progress)
         config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
-    except BaseException:  # a bad shard or Ctrl-C: say so now, not after the reads in flight
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:  # a bad shard or Ctrl-C: reads in flight see the stop within hubhttp.POLL
+        assert hub.session is not None
+        hub.session.stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return cache.Snapshot(index, config_bytes, raws), headers
@@ -271,8 +266,6 @@ def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
 
 def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
     """A shard's size and header bytes: one range read, a second only when the header is longer."""
-    from huggingface_hub.errors import EntryNotFoundError
-
     where = f"{hub.repo_id}/{shard}"
     try:
         head, size = hub.get_range(shard, commit, 0, first_read - 1)
@@ -284,7 +277,7 @@ def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[i
         if len(raw) < n:
             rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
             raw += rest
-    except EntryNotFoundError as e:
+    except _NoSuchShard as e:
         if shard == SINGLE:
             raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
         raise CheckpointError(f"{hub.repo_id}/{INDEX} [{shard}]", "shard named by the index does not exist") from e

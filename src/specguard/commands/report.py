@@ -224,12 +224,12 @@ def build_report(views: Sequence[EngineView], *, fix: dict, fail_on: str = "warn
     used = [c for c, _ in COLUMNS if any(c in cells for cells in rows.values())]
     cells: list[dict] = []
     grid = []
-    for key in sorted(rows):
-        line = {"label": key[2], "group": ("main", "draft", "outside")[key[0]], "cells": {}}
-        for col, members in rows[key].items():
-            line["cells"][col] = len(cells)
+    for row_key in sorted(rows):
+        where: dict[str, int] = {}
+        for col, members in rows[row_key].items():
+            where[col] = len(cells)
             cells.append(_cell(members, routes, len(views)))
-        grid.append(line)
+        grid.append({"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": where})
     return {
         "schema": REPORT_SCHEMA,
         "specguard": __version__,
