@@ -4,9 +4,10 @@ Yardsticks, all in the same run on the same (sparse, page-cached) files:
   floor   read each header's bytes and json.loads them, nothing else
   safetensors  safe_open + keys + get_slice dtype/shape per tensor (Rust reader)
   hf_hub  huggingface_hub.get_local_safetensors_metadata (pure Python)
-specguard's pass validates every header as strictly as the reference and the
-index against the shards. Prints each time and ratio; goal: no slower than the
-fastest peer and within 1.5x of the floor.
+specguard's pass validates every header exactly as strictly as the reference
+(checkpoint/header.py; scripts/fuzz_headers.py checks that against safetensors)
+and the index against the shards. Prints each time and ratio; goal (issue 25):
+within 1.2x of the floor and no slower than safe_open.
 
     python benchmarks/headers.py [--tensors 100000] [--shards 64] [--repeat 5]
 """
@@ -77,8 +78,9 @@ def main() -> None:
             print(f"  {clock:4s} {label:32s} {t * 1000:8.1f} ms  {t / base:5.2f}x floor  "
                   f"specguard is {t / ours:5.2f}x faster")
         fastest = min(times[k] for k in peers)
-        print(f"  {clock} specguard / floor = {ours / base:.2f} (goal <= 1.5); "
-              f"specguard / fastest peer = {ours / fastest:.2f} (goal <= 1)")
+        print(f"  {clock} specguard / floor = {ours / base:.2f} (goal <= 1.2); "
+              f"specguard / safe_open = {ours / times['safetensors safe_open']:.2f} (goal <= 1); "
+              f"specguard / fastest peer = {ours / fastest:.2f}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,32 @@ This module imports nothing from specguard: every stage may raise these.
 
 from __future__ import annotations
 
+import reprlib
+
+ECHO_LIMIT = 120  # characters of an echoed name or value: a 100 kB tensor name is not a line
+
+
+def escaped(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` as one printable line: control characters escaped (a newline in a
+    tensor name stays ``\\n``), shortened in the middle past ``limit`` characters."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > limit:
+        keep = (limit - 5) // 2
+        text = f"{text[:keep]} ... {text[-keep:]}"
+    return text
+
+
+_SHOWN = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict = 3, 8, 8, 6
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 60, 40, 60
+
+
+def shown(value: object, limit: int = ECHO_LIMIT) -> str:
+    """A value as a message echoes it: ``repr`` bounded in depth, items and length
+    (``reprlib``: a list nested 10,000 deep is ``[[[...]]]``, never a RecursionError)."""
+    return escaped(_SHOWN.repr(value), limit)
+
 
 class SpecguardError(Exception):
     """Bad input or bad usage; the message is the one line users see."""
@@ -38,4 +64,4 @@ class UsageError(SpecguardError):
     """A command-line mistake (unknown rule code, bad option value): exit 2 like bad input."""
 
 
-__all__ = ["ConfigError", "LayoutError", "SpecguardError", "UsageError"]
+__all__ = ["ConfigError", "LayoutError", "SpecguardError", "UsageError", "escaped", "shown"]

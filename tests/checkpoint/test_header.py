@@ -144,3 +144,52 @@ def test_same_verdicts_as_the_reference_on_mutated_headers(tmp_path):
         if ours != _reference_accepts(p):
             disagreements.append((h, ours))
     assert not disagreements
+
+
+def _inspect_fails_with_one_short_line(path, capsys) -> str:
+    from specguard.cli import main
+
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 1000, err[:300]
+    return err
+
+
+def test_hostile_names_and_values_are_escaped_and_shortened(tmp_path, capsys):
+    """A newline in a tensor name stays one line; a 100 kB name or dtype is shortened;
+    a value nested 10,000 deep is echoed without a RecursionError (issue 22)."""
+    newline = {"a\nb": {"dtype": "U8", "shape": [4], "data_offsets": [0, 3]}}
+    err = _inspect_fails_with_one_short_line(raw_safetensors(tmp_path / "nl.safetensors", newline, b"\0" * 3), capsys)
+    assert "[a\\nb]" in err
+    long_name = {"x" * 100_000: {"dtype": "U8", "shape": [4], "data_offsets": [0, 3]}}
+    _inspect_fails_with_one_short_line(raw_safetensors(tmp_path / "long.safetensors", long_name, b"\0" * 3), capsys)
+    long_dtype = {"t": {"dtype": "Q" * 100_000, "shape": [4], "data_offsets": [0, 4]}}
+    _inspect_fails_with_one_short_line(raw_safetensors(tmp_path / "dt.safetensors", long_dtype, b"\0" * 4), capsys)
+    deep = b'{"t":{"dtype":"U8","shape":' + b"[" * 500 + b"]" * 500 + b',"data_offsets":[0,0]}}'
+    err = _inspect_fails_with_one_short_line(raw_safetensors(tmp_path / "deep.safetensors", deep), capsys)
+    assert "[[[[...]]]]" in err
+    deeper = b'{"t":{"dtype":"U8","shape":' + b"[" * 10_000 + b"]" * 10_000 + b',"data_offsets":[0,0]}}'
+    err = _inspect_fails_with_one_short_line(raw_safetensors(tmp_path / "deeper.safetensors", deeper), capsys)
+    assert "nested deeper than 127 levels" in err
+
+
+def test_index_naming_a_hostile_tensor_is_one_line(tmp_path, capsys):
+    save_file({"a": np.zeros(2, np.uint8)}, tmp_path / "model-1.safetensors")
+    index = {"weight_map": {"a": "model-1.safetensors", "evil\nname" * 10_000: "model-1.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    err = _inspect_fails_with_one_short_line(tmp_path, capsys)
+    assert "evil\\nname" in err
+
+
+def test_index_and_config_nested_100000_deep_are_one_line(tmp_path, capsys):
+    save_file({"a": np.zeros(2, np.uint8)}, tmp_path / "model-1.safetensors")
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "model-1.safetensors"}, "metadata": {"x": ' + deep + "}}")
+    assert "depth limit" in _inspect_fails_with_one_short_line(tmp_path, capsys)  # orjson's own limit
+    (tmp_path / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "model-1.safetensors"}, "metadata": {"x": ' + "[" * 500 + "]" * 500 + "}}")
+    assert "nested deeper" in _inspect_fails_with_one_short_line(tmp_path, capsys)
+    (tmp_path / "model.safetensors.index.json").unlink()
+    (tmp_path / "config.json").write_text('{"x": ' + "[" * 900 + "]" * 900 + "}")
+    assert "nested deeper" in _inspect_fails_with_one_short_line(tmp_path, capsys)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,39 @@ def test_sample_checkpoint_generated_once_into_the_cache(tmp_path: Path, monkeyp
     assert sample_checkpoint() == first and index.stat().st_mtime_ns == stamp
     assert '"moe_quant_algo": "NVFP4"' in (first / "config.json").read_text()
     assert not [p for p in first.parent.iterdir() if p.name.startswith(".sample-")]
+
+
+def _lint_the_sample(cache: Path, preexec=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run([sys.executable, "-m", "specguard.cli", "lint"], env=env, capture_output=True,
+                          text=True, timeout=300, preexec_fn=preexec)
+
+
+def _one_line_naming(proc: subprocess.CompletedProcess, cache: Path, why: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert str(cache / "specguard") in proc.stderr and why in proc.stderr
+
+
+def test_a_full_disk_names_where_the_sample_goes(tmp_path: Path) -> None:
+    """A real ENOSPC: a 256 KiB tmpfs (needs root to mount) as the cache; the sample is ~2 MB."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(cache)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        _one_line_naming(_lint_the_sample(cache), cache, "No space left on device")
+        assert not [p for p in (cache / "specguard").iterdir()]  # the partial copy is gone
+    finally:
+        subprocess.run(["umount", str(cache)], check=True)
+
+
+def test_a_file_size_limit_names_where_the_sample_goes(tmp_path: Path) -> None:
+    """A real EFBIG from write(): RLIMIT_FSIZE of 64 KiB on the process (no root needed)."""
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+    cache = tmp_path / "cache"
+    _one_line_naming(_lint_the_sample(cache, limited), cache, "File too large")

@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -379,3 +382,51 @@ def test_q3_the_expert_tensors_are_renamed_byte_for_byte(scenarios, repaired) ->
         proj, e, tail = rest.split(".", 2)
         new = f"{head}.experts.{e}.{proj}.{tail}"
         assert out.read_bytes(new) == src.read_bytes(n)
+
+
+_PAUSED_FIX = """
+import sys, time
+from specguard.repair import shards
+from specguard.cli import main
+
+def paused(*args, **kwargs):
+    print("writing", file=sys.stderr, flush=True)
+    time.sleep(600)
+
+shards.write_shard = paused
+sys.exit(main(["fix", sys.argv[1], "--out", sys.argv[2]]))
+"""
+
+
+def _fix_paused_mid_write(src: Path, out: Path) -> subprocess.Popen:
+    """A real ``specguard fix`` process, stopped while it writes its first shard."""
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSED_FIX, str(src), str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stderr.readline() == "writing\n"
+    return proc
+
+
+def test_a_killed_fix_leaves_a_sibling_the_next_fix_removes(scenarios, tmp_path: Path) -> None:
+    """SIGTERM: the sibling goes at once (exit 143); SIGKILL: no handler runs, so the
+    sibling stays until the next fix of DIR, which removes it (its process is gone)
+    and leaves alone the sibling of a fix still running."""
+    src, out = scenarios["s1"].path, tmp_path / "out"
+    term = _fix_paused_mid_write(src, out)
+    assert (tmp_path / f".out.specguard-fix-{term.pid}").is_dir()
+    term.send_signal(signal.SIGTERM)
+    assert term.wait(timeout=60) == 143
+    assert list(tmp_path.iterdir()) == []
+    killed = _fix_paused_mid_write(src, out)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    orphan = tmp_path / f".out.specguard-fix-{killed.pid}"
+    assert orphan.is_dir()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        live = tmp_path / f".out.specguard-fix-{running.pid}"
+        live.mkdir()
+        assert fix(src, out) == 0
+        assert not orphan.exists() and live.is_dir() and (out / "config.json").is_file()
+    finally:
+        running.kill()
+        running.wait()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specguard.checkpoint import dtypes
-from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.errors import CheckpointError, named
 from specguard.checkpoint.header import TensorInfo
 
 if TYPE_CHECKING:
@@ -124,16 +124,16 @@ class Checkpoint:
         """The first ``length`` bytes of a tensor (content rules sample scales)."""
         t = self.tensors[name]
         if self.root is None:
-            raise CheckpointError(f"{self.name} [{name}]", "tensor bytes are not read from a remote checkpoint")
+            raise CheckpointError(named(self.name, name), "tensor bytes are not read from a remote checkpoint")
         length = min(length, t.nbytes)
         try:
             with open(self.root / t.file, "rb") as f:
                 f.seek(t.offsets[0])
                 raw = f.read(length)
         except OSError as e:
-            raise CheckpointError(f"{t.file} [{name}]", f"cannot read: {e.strerror or e}") from e
+            raise CheckpointError(named(t.file, name), f"cannot read: {e.strerror or e}") from e
         if len(raw) != length:
-            raise CheckpointError(f"{t.file} [{name}]", f"truncated: {len(raw)} of {length} bytes")
+            raise CheckpointError(named(t.file, name), f"truncated: {len(raw)} of {length} bytes")
         self.bytes_read[0] += len(raw)
         return raw
 

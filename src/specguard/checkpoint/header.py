@@ -1,25 +1,64 @@
-"""Strict safetensors header parsing: what the Rust reference accepts, nothing more.
+"""Strict safetensors header parsing: what the reference reader accepts, nothing more.
 
 Reads the 8-byte length and the JSON header only; never the tensor data.
+
+The reference is safetensors 0.8 (Rust): ``serde_json`` reads the header into
+``HashMetadata`` (``__metadata__`` plus a flattened map of ``TensorInfo``), then
+``Metadata::validate`` checks the offsets. What that accepts, and so what this
+module accepts:
+
+- the header is UTF-8 and strict JSON (no NaN, no trailing bytes but
+  whitespace), nested at most 127 levels (serde_json's recursion limit of 128
+  counts the level that fails), every number finite as a double (``1e999``, or
+  an integer of 400 digits, is an error even in a field nobody reads);
+- the top level is an object; ``__metadata__`` appears at most once and is null
+  or an object of strings (a key repeated there: the last wins);
+- every other key is a tensor: an object with ``dtype``, ``shape`` and
+  ``data_offsets`` each exactly once (other fields ignored), or the same three as
+  a list; ``dtype`` one of the names in dtypes.BITS (or ``{"NAME": null}``, serde's
+  map form of a unit variant); ``shape`` a list of u64; ``data_offsets`` two u64.
+  An integer past u64 or ``-0`` is a double to serde_json, not an integer. A
+  tensor key repeated: every copy must be a valid entry, the last one wins;
+- sorted by offsets the tensors tile the data section from 0 with no hole or
+  overlap; each spans exactly its dtype's bits times its shape's product, which
+  must end on a byte and must not overflow u64 on the way (``[2**32, 2**32, 0]``
+  overflows before it reaches the 0).
+
+Two paths implement this. The fast path decodes a well-formed header with
+msgspec into ``TensorInfo`` records and checks the columns in C; whatever it
+cannot vouch for (a decode error, a check that fails, or anything msgspec lets
+through that serde_json would not: see ``_fast``) goes to the reference path,
+which follows the rules above step by step and names the first bad entry.
+tests/checkpoint/test_fuzz.py compares both with the installed safetensors;
+benchmarks/fuzz_headers.py runs the long version (benchmarks/results/fuzz_headers.txt).
 """
 
 from __future__ import annotations
 
+import json
 import math
-import operator
 import os
+import re
 import struct
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, mul
+from itertools import chain
+from operator import attrgetter
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
-import orjson
 
 from specguard.checkpoint.dtypes import BITS
-from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.errors import CheckpointError, named
+from specguard.errors import shown
 
 MAX_HEADER = 100_000_000  # the safetensors reference's limit (bytes)
+MAX_DEPTH = 127  # deepest nesting serde_json reads (its limit, 128, is the first level refused)
+U64 = 2**64 - 1
+U64Int = Annotated[int, msgspec.Meta(ge=0)]  # serde's usize (msgspec bounds stop at 2**63; see _overflows)
+if TYPE_CHECKING:
+    DtypeName = str
+else:
+    DtypeName = Literal[tuple(BITS)]  # the reference's Dtype names: msgspec checks them while decoding
 
 
 class TensorInfo(msgspec.Struct, gc=False, omit_defaults=True):
@@ -32,11 +71,11 @@ class TensorInfo(msgspec.Struct, gc=False, omit_defaults=True):
     ``offsets`` are absolute in ``file``.
     """
 
-    # The defaults stand for a missing key: each fails validation (no dtype, a negative
-    # dimension, offsets that cannot tile from 0), sending the header to the dict path.
-    dtype: str = ""
-    shape: tuple[int, ...] = (-1,)
-    data_offsets: tuple[int, int] = (-1, -1)  # relative to the data section, as stored
+    # msgspec checks these types while decoding (a missing key, an unknown dtype or a
+    # negative or too large integer fails it), and the values then fit the names below.
+    dtype: DtypeName
+    shape: tuple[U64Int, ...]
+    data_offsets: tuple[U64Int, U64Int]  # relative to the data section, as stored
     name: str = ""
     file: str = ""
     data_start: int = 0  # 8 + the header's length
@@ -96,178 +135,306 @@ def check_header_length(n: int, size: int, where: str) -> None:
                                      f"the end of the file, {size} bytes)")
 
 
-class _Metadata(msgspec.Struct, rename={"metadata": "__metadata__"}):
-    metadata: dict[str, str] | None = None  # every other key is skipped unread
-
-
-_DECODE_ENTRIES = msgspec.json.Decoder(dict[str, TensorInfo]).decode
-_DECODE_METADATA = msgspec.json.Decoder(_Metadata).decode
-_DTYPE, _SHAPE, _DATA_OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
-
-
 def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> FileHeader:
     """Validate a header's JSON against the file size, as the reference does.
 
     ``where`` names the file in messages; ``file`` (default ``where``) is what
-    each TensorInfo names as its shard.
-
-    A typed decoder (msgspec) reads well-formed headers into structs, checking
-    every type in C; what it rejects, or what fails a check after it, goes
-    through the dict path, which accepts exactly the same headers and names
-    the first bad entry (benchmarks/headers.py; tests/checkpoint/test_fuzz.py)."""
-    data_start = 8 + len(raw)
-    try:
-        tensors = _DECODE_ENTRIES(raw)
-        metadata = _DECODE_METADATA(raw).metadata or {} if "__metadata__" in tensors else {}
-    except msgspec.DecodeError:
-        pass
-    else:
-        tensors.pop("__metadata__", None)
-        entries = list(tensors.values())
-        dtypes, shapes = list(map(_DTYPE, entries)), list(map(_SHAPE, entries))
-        if _valid(dtypes, shapes, list(map(_DATA_OFFSETS, entries)), size - data_start):
-            file = file or where
-            for name, t in tensors.items():  # the decoded entries become the records
-                t.name = name
-                t.file = file
-                t.data_start = data_start
-            return FileHeader(file, size, data_start, tensors, metadata)
-    return _parse_dicts(raw, size, where, file)
+    each TensorInfo names as its shard."""
+    header = _fast(raw, size, file or where)
+    return header if header is not None else _reference(raw, size, where, file or where)
 
 
-def _parse_dicts(raw: bytes, size: int, where: str, file: str | None) -> FileHeader:
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        what = "not UTF-8" if "utf-8" in str(e).lower() else "not valid JSON"
-        raise CheckpointError(where, f"header is {what} ({e})") from e
-    if type(obj) is not dict:
-        raise CheckpointError(where, f"header is a JSON {type(obj).__name__}, not an object")
-    data_start = 8 + len(raw)
-    metadata = _metadata(obj.pop("__metadata__", None), where)
-    tensors = _fast_tensors(obj, data_start, size - data_start, file or where)
-    if tensors is None:  # something is wrong: the careful pass names the entry
-        tensors = _careful_tensors(obj, data_start, where)
-        _check_layout(tensors, size - data_start, data_start, where)
-        raise CheckpointError(where, "header failed validation")  # not reached: the careful pass raised
-    return FileHeader(file or where, size, data_start, tensors, metadata)
+# -- the fast path -------------------------------------------------------------------------
+
+_DECODE_ENTRIES = msgspec.json.Decoder(dict[str, TensorInfo]).decode
+_DECODE_METADATA = msgspec.json.Decoder(dict[str, str]).decode
+_DTYPE, _SHAPE, _DATA_OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
+_NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\r\n]*-0")  # "-0" where a number starts
+# Writers put __metadata__ first (safetensors' own serializer, checkpoint/writer.py).
+_METADATA_FIRST = re.compile(rb'\{[ \t\r\n]*"__metadata__"[ \t\r\n]*:[ \t\r\n]*(?=\{)')
+_NEXT_KEY = re.compile(rb'[ \t\r\n]*(?:,(?=[ \t\r\n]*")|(?=\}))')
 
 
-def _fast_tensors(obj: dict, data_start: int, buffer: int, file: str) -> dict[str, TensorInfo] | None:
-    """The types ``_careful_tensors`` checks, as whole-column operations
-    (map/zip/set run in C), then ``_valid``; the records, or None when any fails."""
-    entries = list(obj.values())
-    try:
-        dtypes = [e["dtype"] for e in entries]
-        shapes = [e["shape"] for e in entries]
-        offsets = [tuple(e["data_offsets"]) for e in entries]
-        begins, ends = zip(*offsets, strict=True) if entries else ((), ())
-    except (KeyError, TypeError, ValueError):
-        return None
-    if not set(map(type, dtypes)) <= {str} or not set(map(type, shapes)) <= {list}:
-        return None
-    if not set(map(type, chain.from_iterable(shapes))) <= {int}:
-        return None
-    if not set(map(type, begins)) | set(map(type, ends)) <= {int}:
-        return None
-    shapes = list(map(tuple, shapes))
-    if not _valid(dtypes, shapes, offsets, buffer):
-        return None
-    return {
-        name: TensorInfo(dtype, shape, offs, name, file, data_start)
-        for name, dtype, shape, offs in zip(obj, dtypes, shapes, offsets, strict=True)
-    }
+def _fast(raw: bytes, size: int, file: str) -> FileHeader | None:
+    """The header when msgspec's reading of it provably equals the reference's, else None.
 
-
-def _valid(dtypes: list[str], shapes: list[tuple[int, ...]], offsets: list[tuple[int, int]], buffer: int) -> bool:
-    """All value checks of ``_careful_tensors`` + ``_check_layout`` on well-typed
-    columns, as whole-column operations (map/zip/set run in C).
-
-    The header pass is dominated by per-tensor Python overhead; this keeps it
-    near the cost of decoding the JSON itself (benchmarks/headers.py).
+    msgspec is as strict as serde_json about JSON itself (UTF-8, escapes, surrogates,
+    numbers, trailing bytes) and checks the types it decodes (TensorInfo's
+    annotations); what it lets through that serde_json refuses is ruled out here,
+    each with one C-speed test:
+    - ``__metadata__`` anywhere but first, or twice, decoded as a tensor: a key lookup;
+    - a repeated field or tensor key, a second ``__metadata__``, an unknown field
+      (msgspec skips those unchecked: invalid UTF-8, ``1e999``, 10,000 levels of
+      nesting): each is one more JSON string than the decoded records hold, so
+      the header's quote count is off;
+    - ``-0`` (an integer 0 to msgspec, a double to serde_json): a byte search;
+    - a dimension past u64, or a shape whose running product overflows u64:
+      possible only in a tensor of 0 bytes (any other product, and every offset,
+      is bounded by the file size), checked one by one.
     """
-    if not set(dtypes) <= BITS.keys():
-        return False
-    if min(chain.from_iterable(shapes), default=0) < 0:
-        return False
-    begins, ends = zip(*offsets, strict=True) if offsets else ((), ())
-    bits = list(map(mul, map(math.prod, shapes), map(BITS.__getitem__, dtypes)))
-    # 8 x span == bits: whole bytes, and exactly the bytes dtype x shape needs (spans >= 0)
-    if list(map(mul, map(operator.sub, ends, begins), repeat(8))) != bits:
-        return False
-    # Spans tiling [0, buffer) from 0 also proves every begin >= 0.
-    if begins and (begins[0] != 0 or begins[1:] != ends[:-1]):  # not in offset order: sort first
-        order = sorted(offsets)
-        starts, stops = [b for b, _ in order], [e for _, e in order]
-        if starts[0] != 0 or starts[1:] != stops[:-1]:
+    try:
+        metadata, entries = _split_metadata(raw)
+        tensors = _DECODE_ENTRIES(entries)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if "__metadata__" in tensors:  # not first, or a second one, shaped like an entry: never a tensor
+        return None
+    strings = 5 * len(tensors) + (1 + 2 * len(metadata) if entries is not raw else 0)
+    # each string has two quotes; an escaped quote inside one only adds (the reference path takes it)
+    if raw.count(b'"') != 2 * strings:
+        return None
+    if b"-" in raw and _NEGATIVE_ZERO.search(raw):  # (memchr for one byte: 15x faster than "-0")
+        return None
+    data_start = 8 + len(raw)
+    if not _fill_and_check(tensors, file, data_start, size - data_start):
+        return None
+    return FileHeader(file, size, data_start, tensors, metadata)
+
+
+def _fill_and_check(tensors: dict[str, TensorInfo], file: str, data_start: int, buffer: int) -> bool:
+    """Fill in each decoded record's name, shard and data start, and check what the
+    reference checks of its values: one loop (Python 3.11 specializes the slot
+    reads and writes), cheaper than a pass per check (benchmarks/headers.py)."""
+    bits_of, prod = BITS, math.prod  # (a subscript is faster than a bound method call)
+    pos, in_order = 0, True
+    for name, t in tensors.items():
+        t.name = name
+        t.file = file
+        t.data_start = data_start
+        begin, end = t.data_offsets
+        bits = prod(t.shape) * bits_of[t.dtype]
+        # 8 x span == bits: whole bytes, exactly what dtype x shape needs, and end >= begin
+        if bits != (end - begin) * 8 or (not bits and _overflows(t.shape)):
             return False
-        last = stops[-1]
-    else:
-        last = ends[-1] if ends else 0
-    return last == buffer
+        if begin != pos:
+            in_order = False
+        pos = end
+    if not in_order:  # tiling [0, buffer) from 0 also proves every offset is in it
+        pos = 0
+        for begin, end in sorted(map(_DATA_OFFSETS, tensors.values())):
+            if begin != pos:
+                return False
+            pos = end
+    return pos == buffer
 
 
-def _careful_tensors(obj: dict, data_start: int, where: str) -> dict[str, TensorInfo]:
-    """Entry by entry, raising on the first bad one with a message that names it."""
+def _split_metadata(raw: bytes) -> tuple[dict[str, str], bytes]:
+    """``__metadata__`` and the header without it, when it comes first; else ``{}``
+    and ``raw`` itself. A ``__metadata__`` anywhere else fails TensorInfo's decoding.
+
+    The map of strings ends at its first ``}`` outside a string: cut at the first
+    ``}`` of all, the slice decodes only when that one is it (a ``}`` inside a
+    string leaves the slice an unterminated string)."""
+    head = _METADATA_FIRST.match(raw)
+    if head is None:
+        return {}, raw
+    end = raw.find(b"}", head.end()) + 1
+    metadata = _DECODE_METADATA(raw[head.end():end])  # raises unless exactly the map
+    after = _NEXT_KEY.match(raw, end)
+    if after is None:
+        raise msgspec.DecodeError("no key or end of object after __metadata__")
+    return metadata, b"{" + raw[after.end():]
+
+
+def _overflows(shape: tuple[int, ...] | list[int], bits: int = 1) -> bool:
+    """A dimension past u64, or the reference's running product of the shape (u64,
+    checked at every step, then times the dtype's bits) overflowing before it ends."""
+    n = 1
+    for d in shape:
+        if d > U64:
+            return True
+        n *= d
+        if n > U64:
+            return True
+    return n * bits > U64
+
+
+# -- the reference path --------------------------------------------------------------------
+
+class _Object(list):
+    """A JSON object as its (key, value) pairs, in order: repeats stay visible."""
+
+
+def _double(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number out of range ({shown(text)})")
+    return value
+
+
+def _integer(text: str) -> int | float:
+    """An integer as serde_json reads it: a u64 or i64, else a double (``-0`` included)."""
+    if len(text) > 21:  # past any u64 / i64
+        return _double(text)
+    value = int(text)
+    if value > U64 or value < -(2**63) or (value == 0 and text[0] == "-"):
+        return _double(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_Object, parse_int=_integer, parse_float=_double,
+                            parse_constant=_no_constant)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FIELDS = ("dtype", "shape", "data_offsets")
+
+
+class _Refused(Exception):
+    """What is wrong with one entry; the caller names the entry (only then: the names
+    of 100,000 good entries are never escaped for a message)."""
+
+
+def _reference(raw: bytes, size: int, where: str, file: str) -> FileHeader:
+    """The reference reader's steps in order; the first failure names its entry."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(where, f"header is not UTF-8 (byte {e.start})") from None
+    try:
+        obj = _DECODER.decode(text)
+    except RecursionError:
+        raise CheckpointError(where, f"header is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:  # JSONDecodeError, a number out of range, NaN
+        raise CheckpointError(where, f"header is not valid JSON ({e})") from None
+    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(obj):
+        raise CheckpointError(where, "header is not valid JSON (an unpaired UTF-16 surrogate escape)")
+    if type(obj) is not _Object:
+        raise CheckpointError(where, f"header is a JSON {_json_type(obj)}, not an object")
+    data_start = 8 + len(raw)
+    metadata: dict[str, str] | None = None
     tensors: dict[str, TensorInfo] = {}
-    bits_of = BITS.get
-    for name, entry in obj.items():
-        try:
-            dtype = entry["dtype"]
-            shape = entry["shape"]
-            begin, end = entry["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(
-                f"{where} [{name}]", "entry needs dtype, shape and data_offsets [begin, end]"
-            ) from None
-        bits = bits_of(dtype) if type(dtype) is str else None
-        if bits is None:
-            raise CheckpointError(f"{where} [{name}]", f"unknown dtype {dtype!r}")
-        if type(shape) is not list:
-            raise CheckpointError(f"{where} [{name}]", f"shape {shape!r} is not a list")
-        for d in shape:
-            if type(d) is not int or d < 0:
-                raise CheckpointError(f"{where} [{name}]", f"shape {shape!r} is not a list of non-negative integers")
-        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
-            raise CheckpointError(f"{where} [{name}]", f"bad data_offsets {entry['data_offsets']!r}")
-        total = math.prod(shape) * bits
-        if total & 7:
-            raise CheckpointError(f"{where} [{name}]", f"{dtype} {shape} does not end on a byte boundary")
-        if end - begin != total >> 3:
-            raise CheckpointError(
-                f"{where} [{name}]",
-                f"{dtype} {shape} needs {total >> 3} bytes but data_offsets span {end - begin}",
-            )
-        tensors[name] = TensorInfo(dtype, tuple(shape), (begin, end), name, where, data_start)
-    return tensors
+    name = ""
+    try:
+        for name, value in obj:
+            if name != "__metadata__":
+                tensors[name] = _entry(value, name, file, data_start)
+            elif metadata is None:
+                metadata = _metadata_of(value)
+            else:
+                raise _Refused("appears twice")
+        for t in tensors.values():
+            name = t.name  # for the message
+            _check_size(t)
+    except _Refused as e:
+        raise CheckpointError(named(where, name), str(e)) from None
+    _check_layout(tensors, size - data_start, where)
+    return FileHeader(file, size, data_start, tensors, metadata or {})
 
 
-def _metadata(meta: object, where: str) -> dict[str, str]:
-    if meta is None:
+def _json_type(value: object) -> str:
+    return {_Object: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _has_surrogate(obj: object) -> bool:
+    """Any string holding half of a UTF-16 pair: json keeps it, serde_json refuses it."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if type(v) is str:
+            if _SURROGATE.search(v):
+                return True
+        elif type(v) is _Object:
+            stack += chain.from_iterable(v)
+        elif type(v) is list:
+            stack += v
+    return False
+
+
+def _metadata_of(value: object) -> dict[str, str]:
+    if value is None:
         return {}
-    if not isinstance(meta, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-    ):
-        raise CheckpointError(f"{where} [__metadata__]", "must be a map of strings to strings")
-    return meta
+    if type(value) is not _Object or not all(type(v) is str for _, v in value):
+        raise _Refused("must be null or a map of strings to strings")
+    return dict(value)  # a key given twice: the last wins, as in the reference
 
 
-def _check_layout(tensors: dict[str, TensorInfo], buffer: int, data_start: int, where: str) -> None:
+def _u64s(values: list) -> bool:
+    return all(type(v) is int and 0 <= v <= U64 for v in values)
+
+
+def _entry(value: object, name: str, file: str, data_start: int) -> TensorInfo:
+    """One tensor entry, typed as serde reads a ``TensorInfo`` (_check_size checks the values)."""
+    dtype, shape, offsets = _fields(value)
+    if type(dtype) is _Object and len(dtype) == 1 and dtype[0][1] is None:  # {"F32": null}: a unit variant
+        dtype = dtype[0][0]
+    if type(dtype) is not str or dtype not in BITS:
+        raise _Refused(f"unknown dtype {shown(dtype)}")
+    if type(shape) is not list or not _u64s(shape):
+        raise _Refused(f"shape {shown(shape)} is not a list of non-negative integers below 2**64")
+    if type(offsets) is not list or len(offsets) != 2 or not _u64s(offsets):
+        raise _Refused(f"bad data_offsets {shown(offsets)}")
+    return TensorInfo(dtype, tuple(shape), (offsets[0], offsets[1]), name, file, data_start)
+
+
+def _check_size(t: TensorInfo) -> None:
+    """The value checks of one tensor (the reference makes them only on the copy of a
+    repeated key that wins: the others need only be well typed)."""
+    begin, end = t.data_offsets
+    if begin > end:
+        raise _Refused(f"data_offsets [{begin}, {end}] end before they begin")
+    bits = BITS[t.dtype]
+    if _overflows(t.shape, bits):
+        raise _Refused(f"{t.dtype} {shown(list(t.shape))}: the size overflows 64 bits")
+    total = math.prod(t.shape) * bits
+    if total & 7:
+        raise _Refused(f"{t.dtype} {shown(list(t.shape))} does not end on a byte boundary")
+    if end - begin != total >> 3:
+        raise _Refused(f"{t.dtype} {shown(list(t.shape))} needs {total >> 3} bytes but data_offsets "
+                       f"span {end - begin}")
+
+
+_NEEDS = "entry needs dtype, shape and data_offsets [begin, end]"
+
+
+def _fields(value: object) -> list:
+    """dtype, shape and data_offsets of an entry: an object (each field once, others
+    ignored but nested at most MAX_DEPTH levels) or a list of exactly the three."""
+    if type(value) is list:
+        if len(value) != 3:
+            raise _Refused(f"{_NEEDS} (a list of {len(value)})")
+        return value
+    if type(value) is not _Object:
+        raise _Refused(f"{_NEEDS} (a JSON {_json_type(value)})")
+    found: dict[str, object] = {}
+    for key, v in value:
+        if key in _FIELDS:
+            if key in found:
+                raise _Refused(f"field {key} appears twice")
+            found[key] = v
+        elif type(v) in (list, _Object) and _depth(v) > MAX_DEPTH - 2:  # below the header and the entry
+            raise _Refused(f"field {shown(key)} is nested deeper than {MAX_DEPTH} levels in all")
+    if len(found) != 3:
+        raise _Refused(_NEEDS)
+    return [found[k] for k in _FIELDS]
+
+
+def _depth(value: object) -> int:
+    """Levels of arrays and objects in ``value`` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if type(v) is _Object:
+            deepest = max(deepest, d)
+            stack += ((x, d + 1) for _, x in v)
+        elif type(v) is list:
+            deepest = max(deepest, d)
+            stack += ((x, d + 1) for x in v)
+    return deepest
+
+
+def _check_layout(tensors: dict[str, TensorInfo], buffer: int, where: str) -> None:
     """Entries sorted by offset must tile the buffer exactly: no hole, no overlap."""
-    pos = data_start
-    for t in sorted(tensors.values(), key=_OFFSETS):
-        if t.offsets[0] != pos:
-            what = "overlaps the previous tensor" if t.offsets[0] < pos else "leaves a hole before it"
-            raise CheckpointError(f"{where} [{t.name}]", f"data_offsets {_rel(t, data_start)} {what}")
-        pos = t.offsets[1]
-    if pos - data_start != buffer:
-        raise CheckpointError(
-            where, f"tensors cover {pos - data_start} bytes but the data section holds {buffer}"
-        )
-
-
-_OFFSETS = attrgetter("data_offsets")  # (begin, end) sorts by begin
-
-
-def _rel(t: TensorInfo, data_start: int) -> list[int]:
-    return [t.offsets[0] - data_start, t.offsets[1] - data_start]
+    pos = 0
+    for t in sorted(tensors.values(), key=_DATA_OFFSETS):
+        begin, end = t.data_offsets
+        if begin != pos:
+            what = "overlaps the previous tensor" if begin < pos else "leaves a hole before it"
+            raise CheckpointError(named(where, t.name), f"data_offsets [{begin}, {end}] {what}")
+        pos = end
+    if pos != buffer:
+        raise CheckpointError(where, f"tensors cover {pos} bytes but the data section holds {buffer}")

@@ -5,15 +5,15 @@ tie the shards' own headers to the index's ``weight_map``.
 
 from __future__ import annotations
 
-import operator
 import os
-from itertools import repeat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import msgspec
 import orjson
 
-from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.errors import CheckpointError, named
 from specguard.checkpoint.header import FileHeader, TensorInfo
 
 INDEX = "model.safetensors.index.json"
@@ -23,15 +23,36 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 CONFIGS = (CONFIG, HF_QUANT_CONFIG)
 
 
+MAX_DEPTH = 127  # the nesting a safetensors header may have (checkpoint/header.py): configs get the same
+
+
 def load_json(raw: bytes, where: str) -> dict:
-    """An index or config file's bytes as a JSON object, or one line saying why not."""
+    """An index or config file's bytes as a JSON object, or one line saying why not.
+
+    Nesting is capped at MAX_DEPTH levels: orjson reads 1,024, deeper than Python's
+    own recursion limit, and a config that deep would break whatever walks it later."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise CheckpointError(where, f"not readable JSON ({e})") from e
     if not isinstance(obj, dict):
         raise CheckpointError(where, "must hold a JSON object")
+    check_depth(obj, where)
     return obj
+
+
+def check_depth(obj: object, where: str, limit: int = MAX_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit`` levels, walking it without recursion."""
+    stack = [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if d > limit:
+            raise CheckpointError(where, f"nested deeper than {limit} levels")
+        stack += ((x, d + 1) for x in v if isinstance(x, (dict, list)))
 
 
 def weight_map_of(index: object, where: str) -> dict[str, str]:
@@ -55,16 +76,31 @@ class _Index(msgspec.Struct):
 _DECODE_INDEX = msgspec.json.Decoder(_Index).decode
 
 
-def load_index(raw: bytes, where: str) -> tuple[dict[str, str], dict]:
+def load_index(raw: bytes, where: str, shards: tuple[str, ...] = ()) -> tuple[dict[str, str], dict]:
     """An index's weight_map and metadata. The typed decoder checks the types in C
     (an index names every tensor: 100,000 entries); what it rejects goes through
-    ``load_json`` and ``weight_map_of``, which say what is wrong."""
+    ``load_json`` and ``weight_map_of``, which say what is wrong.
+
+    ``shards``: the shard names the directory holds, when known. The weight_map's
+    values are then decoded as one of them (a Literal: no string per entry, and
+    every value is the very object ``merge`` compares with); an index naming any
+    other file is decoded again as plain strings."""
     try:
-        index = _DECODE_INDEX(raw)
-    except msgspec.DecodeError:
+        index = _index_decoder(shards)(raw) if shards else _DECODE_INDEX(raw)
+    except (msgspec.DecodeError, RecursionError):  # msgspec recurses into ``metadata``
+        if shards:
+            return load_index(raw, where)
         obj = load_json(raw, where)
         return weight_map_of(obj, where), index_metadata(obj)
+    check_depth(index.metadata, where, MAX_DEPTH - 1)
     return index.weight_map, index.metadata if isinstance(index.metadata, dict) else {}
+
+
+def _index_decoder(shards: tuple[str, ...]) -> Callable[[bytes], Any]:
+    """A decoder whose weight_map values must be one of ``shards`` (fields as _Index's)."""
+    fields: list[tuple[str, Any, Any]] = [("weight_map", dict[str, Literal[shards]], msgspec.NODEFAULT),  # type: ignore[valid-type]
+                                          ("metadata", object, None)]
+    return msgspec.json.Decoder(msgspec.defstruct("_ShardIndex", fields)).decode
 
 
 def escapes(shard: str) -> bool:
@@ -82,12 +118,13 @@ def merge(headers: list[FileHeader], weight_map: dict[str, str] | None) -> dict[
             for name in h.tensors:
                 other = next((g for g in headers if g is not h and name in g.tensors), None)
                 if other is not None:
-                    raise CheckpointError(f"{h.file} [{name}]", f"tensor also stored in {other.file}")
+                    raise CheckpointError(named(h.file, name), f"tensor also stored in {other.file}")
     if weight_map is not None:
         listed = weight_map.get
         exact = True  # every shard tensor is listed, at its own shard
         for h in headers:
-            if not all(map(operator.eq, map(listed, h.tensors), repeat(h.file))):
+            # list.count compares by identity first: load_index gives every value as the shard's own object
+            if list(map(listed, h.tensors)).count(h.file) != len(h.tensors):
                 _stray(h, weight_map)  # a tensor the index places elsewhere or omits: allowed, see below
                 exact = False
         # When every stored tensor is listed at its shard, equal counts prove the index lists
@@ -96,7 +133,7 @@ def merge(headers: list[FileHeader], weight_map: dict[str, str] | None) -> dict[
             for name, shard in weight_map.items():
                 t = tensors.get(name)
                 if t is None or t.file != shard:
-                    raise CheckpointError(f"{shard} [{name}]", "index names this tensor but the shard lacks it")
+                    raise CheckpointError(named(shard, name), "index names this tensor but the shard lacks it")
     return tensors
 
 
@@ -107,4 +144,4 @@ def _stray(h: FileHeader, weight_map: dict[str, str]) -> None:
     for name in h.tensors:
         shard = weight_map.get(name)
         if shard is not None and shard != h.file:
-            raise CheckpointError(f"{shard} [{name}]", f"index places this tensor here but {h.file} stores it")
+            raise CheckpointError(named(shard, name), f"index places this tensor here but {h.file} stores it")

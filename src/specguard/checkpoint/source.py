@@ -9,12 +9,13 @@ from __future__ import annotations
 import gc
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from specguard.checkpoint.checkpoint import Checkpoint
-from specguard.checkpoint.errors import CheckpointError
+from specguard.checkpoint.errors import CheckpointError, named
 from specguard.checkpoint.header import FileHeader, TensorInfo, read_header
 from specguard.checkpoint.index import (
     CONFIG,
@@ -26,7 +27,7 @@ from specguard.checkpoint.index import (
     load_json,
     merge,
 )
-from specguard.errors import UsageError
+from specguard.errors import UsageError, escaped
 
 __all__ = ["Checkpoint", "Progress", "gc_paused", "open_checkpoint"]
 
@@ -105,9 +106,9 @@ def _read_local(path: Path, name: str, progress: Progress | None, follow_links: 
         index = meta
         # merge proved every index entry is stored; equal counts leave nothing unindexed
         unindexed = () if len(tensors) == len(weight_map) else tuple(n for n in tensors if n not in weight_map)
-        named = set(files)
+        listed = set(files)
         unreferenced = tuple(sorted(p.name for p in root.glob("*.safetensors")
-                                    if p.name not in named and p.is_file()))
+                                    if p.name not in listed and p.is_file()))
         files = [*files, *unreferenced]
         for f in unreferenced:
             outside += _outside_index(_header(root, f), tensors)
@@ -123,7 +124,7 @@ def _header(root: Path, shard: str) -> FileHeader:
     try:
         return read_header(root / shard, shard)
     except CheckpointError as e:
-        if e.where != shard:
+        if e.where != escaped(shard):
             raise
         raise CheckpointError(str(root / shard), e.what) from e
 
@@ -145,7 +146,8 @@ def _shard_list(root: Path, follow_links: bool) -> tuple[list[str], dict[str, st
             raw = (root / INDEX).read_bytes()
         except OSError as e:
             raise CheckpointError(str(root / INDEX), f"not readable JSON ({e})") from e
-        weight_map, meta = load_index(raw, str(root / INDEX))
+        present = tuple(n for n in os.listdir(root) if n.endswith(".safetensors"))
+        weight_map, meta = load_index(raw, str(root / INDEX), present)
         files = sorted(set(weight_map.values()))
         real_root = root.resolve()
         for f in files:
@@ -161,9 +163,15 @@ def _shard_list(root: Path, follow_links: bool) -> tuple[list[str], dict[str, st
 
 def _check_inside(root: Path, real_root: Path, shard: str, follow_links: bool) -> None:
     """A shard name must stay inside the checkpoint directory (hostile indexes)."""
-    where = f"{root / INDEX} [{shard}]"
+    where = named(str(root / INDEX), shard)
     if escapes(shard):
         raise CheckpointError(where, "shard path escapes the checkpoint directory")
+    if "/" not in shard:  # the common case in one lstat: a plain file right in the directory
+        try:
+            if stat.S_ISREG(os.lstat(root / shard).st_mode):
+                return
+        except OSError:
+            pass
     real = (root / shard).resolve()
     if not follow_links and not real.is_relative_to(real_root) and not _is_hf_blob(real_root, real) \
             and not _is_overlay_link(root / shard):

@@ -33,6 +33,9 @@ def ensure_sample() -> Path:
         except OSError:  # another process won the race; its copy is identical
             if not (final / "model.safetensors.index.json").is_file():
                 raise
+    except OSError as e:  # a full disk, a file-size limit: write() names no file, so say where
+        raise SpecguardError(f"cannot write the sample checkpoint into {final.parent} "
+                             f"({e.strerror or e}); {NO_CACHE}") from e
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -80,6 +80,11 @@ def _ratio(num: int, den: int) -> int | None:
     return num // den if den and num % den == 0 else None
 
 
+def _inner(t: TensorInfo) -> int:
+    """The last (reduction) dimension; a 0-d tensor, which safetensors accepts, holds one element."""
+    return t.shape[-1] if t.shape else 1
+
+
 def _scale_of(params: Params) -> tuple[str, TensorInfo | None]:
     """The scale tensor's parameter name and info ("", None: no scale tensor)."""
     for key in ("weight_scale_inv", "weight_scale", "scale"):
@@ -154,7 +159,7 @@ def _byte_weight(w: TensorInfo, params: Params) -> Classified:
         return _unknown(f"{w.dtype} weight without a scale tensor")
     if sc.dtype in FLOAT_HIGH:
         return _int_with_float_scale(w, sc, params)
-    inp = w.shape[-1] * (1 if w.dtype == "F4" else 2)
+    inp = _inner(w) * (1 if w.dtype == "F4" else 2)
     group = _ratio(inp, sc.shape[-1]) if sc.shape else None
     if sc.dtype == "F8_E4M3" and group == 16:
         return _nvfp4_modelopt(w, sc, params)
@@ -188,7 +193,7 @@ def _nvfp4_modelopt(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified
 def _int_with_float_scale(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
     """I8 weight = int8 (channel or group); U8 weight = ModelOpt INT4 (AWQ) packed pairs."""
     if w.dtype == "I8":
-        inp = w.shape[-1]
+        inp = _inner(w)
         zp = "weight_zero_point" in params or None
         if sc.numel == 1:  # one scale: per-tensor (Quark int8 writes a 0-D weight_scale)
             return Classified(Scheme(s.INT8_TENSOR, scale_dtype=sc.dtype, weight_dtype=w.dtype, zero_points=zp))
@@ -221,7 +226,7 @@ def _compressed_packed(params: Params) -> Classified:
         return _unknown("weight_packed without weight_scale")
     ct = s.COMPRESSED_TENSORS
     if wp.dtype == "U8":
-        group = _ratio(wp.shape[-1] * 2, sc.shape[-1]) if sc.shape else None
+        group = _ratio(_inner(wp) * 2, sc.shape[-1]) if sc.shape else None
         if "weight_global_scale" in params or sc.dtype == "F8_E4M3":
             missing = () if "weight_global_scale" in params else ("weight_global_scale",)
             return Classified(
@@ -242,7 +247,7 @@ def _pack_quantized(wp: TensorInfo, sc: TensorInfo) -> Classified:
     cols = sc.shape[-1] if len(sc.shape) >= 2 else 1
     found: list[Scheme] = []
     for bits, fmt in ((4, s.INT4_GROUP), (8, s.INT8_GROUP)):
-        inp = wp.shape[-1] * 32 // bits
+        inp = _inner(wp) * 32 // bits
         group = _ratio(inp, cols)
         if group and group & (group - 1) == 0:
             kw = dict(scale_dtype=sc.dtype, weight_dtype=wp.dtype, pack_axis=1)

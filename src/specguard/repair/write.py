@@ -4,8 +4,9 @@ Links are hard links where DIR shares the source's filesystem, else symlinks;
 a file that is itself a symlink (an HF cache snapshot points into ``blobs/``)
 is linked to what it points at. Everything goes into a temporary sibling of
 DIR, is verified there (repair/verify.py), and is renamed into place at the
-end; any failure or Ctrl-C removes the sibling, so DIR is either complete or
-absent.
+end; any failure, Ctrl-C or SIGTERM removes the sibling, so DIR is either
+complete or absent. A sibling whose process was killed outright (SIGKILL, a
+lost machine) names that process: the next ``fix`` of DIR removes it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import filecmp
 import json
 import os
 import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,9 +82,15 @@ def write_repair(plan: Plan, out: Path, verify) -> list[Written]:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadOutput(str(out), f"cannot create: {e.strerror or e}") from e
-    tmp = out.parent / f".{out.name}.specguard-fix-{os.getpid()}"
+    tmp = out.parent / f"{_sibling_prefix(out)}{os.getpid()}"
+    _remove_orphans(out)
     shutil.rmtree(tmp, ignore_errors=True)
     occupied = out.exists() and any(out.iterdir())
+    with _sigterm_as_exit():
+        return _write_into(plan, out, tmp, occupied, verify)
+
+
+def _write_into(plan: Plan, out: Path, tmp: Path, occupied: bool, verify) -> list[Written]:
     try:
         places = layout(plan, tmp)
         results = [_write_overlay(ov, places[ov.role]) for ov in plan.overlays]
@@ -104,6 +115,54 @@ def write_repair(plan: Plan, out: Path, verify) -> list[Written]:
     for w in results:
         w.path = final[w.overlay.role]
     return results
+
+
+def _sibling_prefix(out: Path) -> str:
+    return f".{out.name}.specguard-fix-"
+
+
+def _remove_orphans(out: Path) -> None:
+    """Remove the siblings of DIR whose fix process is gone (killed with SIGKILL: no
+    handler ran); a sibling of a fix still running is left alone."""
+    prefix = _sibling_prefix(out)
+    try:
+        names = [n for n in os.listdir(out.parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(out.parent / name, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except PermissionError:  # another user's
+        return True
+    except (OSError, OverflowError):  # gone (ESRCH), or a number no process can have
+        return False
+    return True
+
+
+@contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """While writing, SIGTERM (``kill``, a CI timeout) exits through the cleanup like
+    Ctrl-C does (exit 143) instead of leaving the sibling behind. Only where nobody
+    set a handler already, and only in the main thread (the only one that may)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def same_tree(a: Path, b: Path) -> bool:
