@@ -9,12 +9,17 @@ step "creating .venv"
 python3 -m venv .venv
 PIP=".venv/bin/pip"
 $PIP install -q --upgrade pip >/dev/null
+step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
+bash scripts/engines.sh > .engines.log 2>&1 &
+ENGINES=$!
 step "installing torch 2.13.0 (CPU build)"
 $PIP install -q torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
 $PIP install -q --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
 $PIP install -q -e '.[test]' -r requirements/test.txt
+step "waiting for the engine overlays"
+wait $ENGINES || { cat .engines.log; exit 1; }
 step "ruff"
 .venv/bin/ruff check src tests benchmarks
 step "mypy"
