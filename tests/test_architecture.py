@@ -17,7 +17,7 @@ SRC = ROOT / "src" / "specguard"
 LEVELS = {
     "errors": 0, "_version": 0, "vocabulary": 0,
     "checkpoint": 1, "usage": 1, "terminal": 1,
-    "formats": 2,
+    "formats": 2, "plans": 2,
     "codecs": 3, "layouts": 3, "guard": 3,
     "declared": 4, "factory": 4,
     "engines": 5,

@@ -24,7 +24,9 @@ from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
 from specguard.engines import EngineChoice, EngineModel
-from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, Vllm033, v41_ignore_name
+from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
+from specguard.engines.registry import engine as engine_of
+from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, NO_PLAN, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -46,10 +48,11 @@ class Verdict(Vocabulary):
     MISSING = "missing"  # nothing (or not everything the build needs) is stored
     UNMATCHED = "unmatched pattern"  # an exclusion meant for this module matches nothing at runtime
     REFUSED = "refused"  # the engine stops before serving (engines/vllm/startup.py; lint SG701)
+    UNKNOWN = "unknown"  # specguard cannot say what the engine builds (no recorded plan): never ok
 
 
 OK, MISROUTED, MISSING, UNMATCHED = Verdict.OK, Verdict.MISROUTED, Verdict.MISSING, Verdict.UNMATCHED
-REFUSED = Verdict.REFUSED
+REFUSED, UNKNOWN = Verdict.REFUSED, Verdict.UNKNOWN
 NO_QUANT_CONFIG = "built without a quant config by the model"
 
 
@@ -85,7 +88,8 @@ class Resolver:
 
     def __init__(self, checkpoint: Checkpoint, *, draft_method: str | None = None,
                  target: Resolver | None = None, platform: str = "cuda", own_draft: bool | None = None,
-                 table: ModuleTable | None = None, _like: Resolver | None = None) -> None:
+                 table: ModuleTable | None = None, _like: Resolver | None = None,
+                 engine: str = DEFAULT_ENGINE) -> None:
         """``target``: for a separate drafter checkpoint (DSpark/EAGLE
         ``speculative_config.model``), the target it drafts for. The drafter's
         stored and declared schemes come from its own files; only vLLM's
@@ -96,7 +100,8 @@ class Resolver:
         them on load (deepseek_v2.py ``load_weights``: spec layers ``continue``)
         and no draft model is built from them. Default: False for a target
         served with ``draft_method="eagle"``, else True. ``_like``: the Resolver whose
-        grouping ``with_configs`` reuses when the new configs give the same layout."""
+        grouping ``with_configs`` reuses when the new configs give the same layout. ``engine``: the
+        modelled engine version's key in engines/registry.py (``vllm-0.33``)."""
         if own_draft is None:
             own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
                              and not is_eagle_drafter(checkpoint.config or {}))
@@ -121,15 +126,17 @@ class Resolver:
         except ConfigError as e:
             raise CheckpointError(f"{checkpoint.name} [config.json]", str(e)) from e
         self.platform = platform
+        self.engine = engine
+        model = engine_of(engine).model
         self.vllm: EngineModel  # the modelled engine: what it builds, for the verdicts
         if target is None:
-            self.vllm = Vllm033(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
-                                tensor_dtypes=_TensorDtypes(checkpoint.tensors))  # GPTQ/AWQ maybe_update_config
+            self.vllm = model(dict(self.config), hf_quant, platform=platform, draft_method=draft_method,
+                              tensor_dtypes=_TensorDtypes(checkpoint.tensors))  # GPTQ/AWQ maybe_update_config
             self._vllm_model: str | None = None
         else:
             t_hf = dict(target.checkpoint.hf_quant_config) if target.checkpoint.hf_quant_config else None
-            self.vllm = Vllm033(dict(target.config), t_hf, platform=platform, draft_method=draft_method,
-                                draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
+            self.vllm = model(dict(target.config), t_hf, platform=platform, draft_method=draft_method,
+                              draft_config=dict(self.config), draft_hf_quant_config=hf_quant)
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups: dict[str, list[str]]
         self._alias: dict[str, str]
@@ -159,7 +166,8 @@ class Resolver:
     def open(cls, source: str | os.PathLike[str], *, revision: str | None = None, remote: bool = False,
              draft_method: str | None = None, target: Resolver | None = None,
              platform: str = "cuda", cache_dir: str | os.PathLike[str] | None = None,
-             follow_links: bool = False, own_draft: bool | None = None) -> Resolver:
+             follow_links: bool = False, own_draft: bool | None = None,
+             engine: str = DEFAULT_ENGINE) -> Resolver:
         """One header pass per checkpoint per process (memoized, thread-safe).
 
         ``source``: a local directory or file, or a HF repo id resolved
@@ -167,14 +175,15 @@ class Resolver:
         ``remote=True``, headers over HTTP. ``follow_links``: see ``open_checkpoint``."""
         p = Path(source)
         where = str(p.resolve()) if p.exists() else str(source)
-        key = (where, revision, remote, draft_method, id(target), platform, str(cache_dir), follow_links, own_draft)
+        key = (where, revision, remote, draft_method, id(target), platform, str(cache_dir), follow_links, own_draft,
+               engine)
         with cls._lock:
             hit = cls._cache.get(key)
             if hit is None:
                 ckpt = open_checkpoint(source, revision=revision, remote=remote, cache_dir=cache_dir,
                                        follow_links=follow_links)
                 hit = cls._cache[key] = cls(ckpt, draft_method=draft_method, target=target, platform=platform,
-                                            own_draft=own_draft)
+                                            own_draft=own_draft, engine=engine)
             return hit
 
     def with_configs(self, config: Mapping, hf_quant_config: Mapping | None) -> Resolver:
@@ -182,7 +191,7 @@ class Resolver:
         the headers and their classification are shared, nothing is re-read."""
         ckpt = replace(self.checkpoint, config=config, hf_quant_config=hf_quant_config)
         return Resolver(ckpt, draft_method=self.draft_method, target=self.target, platform=self.platform,
-                        own_draft=self.own_draft, table=self.table, _like=self)
+                        own_draft=self.own_draft, table=self.table, _like=self, engine=self.engine)
 
     @classmethod
     def clear_cache(cls) -> None:
@@ -420,6 +429,8 @@ def _verdict(stored: Scheme | None, declared: DeclaredScheme, vllm: EngineChoice
     if stored.format in (s.UNKNOWN, s.AMBIGUOUS, s.MIXED):
         return MISSING, f"stored scheme is {stored.format}: {stored.reason}"
     pattern_note = f"; {', '.join(unmatched)} matches checkpoint names only" if unmatched else ""
+    if vllm.method == NO_PLAN:  # no recorded plan: what the engine builds is not known, so not ok
+        return UNKNOWN, f"stored {stored.short()}; {vllm.reason}"
     if vllm.scheme.format == s.UNKNOWN:  # a quant method or algo specguard does not model: no claim either way
         return OK, f"stored {stored.short()}; what {engine} builds ({vllm.method}) is not modelled: {vllm.reason}"
     if not same_build(stored, vllm.scheme):

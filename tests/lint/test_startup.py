@@ -88,3 +88,22 @@ def test_inc_fp8_cannot_build_quantized_experts(tmp_path):
     assert "get_moe_method" not in INCFp8Scheme.__dict__  # inherits INCScheme's NotImplementedError
     (msg,) = _sg701(d)
     assert "INCFp8Scheme does not support MoE layers" in msg
+
+
+def test_architecture_vllm_does_not_have(scenarios, tmp_path):
+    """An architecture neither vLLM 0.33's registry nor its Transformers backend has: the
+    engine refuses it at start-up (registry.py ``_raise_for_unsupported``), and every
+    route says so instead of claiming what vLLM builds."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    d = _variant(scenarios["s6"].path, tmp_path / "s6", lambda c: c.update(architectures=["MadeUpForCausalLM"]))
+    (msg,) = _sg701(d)
+    assert "MadeUpForCausalLM" in msg and "not supported" in msg and "start-up" in msg
+    assert {r.verdict for r in Resolver.open(d).routes()} == {"refused"}
+    with pytest.raises(ValueError, match="are not supported for now"):
+        ModelRegistry._raise_for_unsupported(["MadeUpForCausalLM"])
+
+
+def test_architecture_vllm_has_starts(scenarios, tmp_path):
+    d = _variant(scenarios["s6"].path, tmp_path / "s6", lambda c: c.update(architectures=["DeepseekV3ForCausalLM"]))
+    assert _sg701(d) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from specguard import plans
 from specguard.layouts import fusions
 from specguard.layouts import roles as r
 from specguard.layouts.base import Layout, Placement
@@ -32,8 +33,33 @@ class GenericLayout(Layout):
 
     family = "generic"
 
+    def __init__(self, num_hidden_layers: int, num_draft_layers: int = 0, draft_kind: str | None = None, *,
+                 engine: str = "vllm", plan: plans.Plan | None = None) -> None:
+        super().__init__(num_hidden_layers, num_draft_layers, draft_kind, engine=engine)
+        self.plan = plan
+        # checkpoint-name renames the engine's draft loader applies (its hf_to_vllm_mapper)
+        self._draft_renames = plan.draft.layer_renames() if plan is not None and plan.draft is not None else ()
+
     def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
-        return (*super().draft_checkpoint_prefixes(), "mtp.", "model.mtp_layers.")
+        own = tuple(old for old, _ in self._draft_renames)
+        return (*super().draft_checkpoint_prefixes(), "mtp.", "model.mtp_layers.", *own)
+
+    def _place_renamed(self, module: str) -> Placement | None:
+        """A draft module the plan's loader renames onto a draft layer (ERNIE-4.5:
+        ``model.mtp_block.0.`` -> ``model.layers.{N}.mtp_block.``, ernie_mtp.py), placed at
+        the quant prefix the plan records for the module it loads into."""
+        dotted = module + "."
+        hit = next(((old, new) for old, new in self._draft_renames if old in dotted), None)
+        if hit is None or self.plan is None or self.plan.draft is None:
+            return None
+        old, new = hit
+        layer = self.num_hidden_layers
+        path = dotted.replace(old, new.replace("{D}", str(layer)), 1).rstrip(".")
+        f = self._fuse(path)
+        row = self.plan.draft.by_path(f.prefix)
+        prefix = plans.instantiate(row.quant_prefix or row.path, f.prefix) if row is not None else f.prefix
+        kind = f.kind if row is None or row.kind == plans.LayerClass.OTHER else r.ModuleKind(row.kind)
+        return self._placement(module, self._draft_role(0), kind, prefix, f.param)
 
     def _fuse(self, module: str) -> fusions.Fused:
         """Engine layer, kind and parameter path of a module (family fusions)."""
@@ -50,6 +76,10 @@ class GenericLayout(Layout):
 
     def _place(self, module: str) -> Placement:
         n = self.num_hidden_layers
+        if self._draft_renames:
+            renamed = self._place_renamed(module)
+            if renamed is not None:
+                return renamed
         m = _MIMO_RE.match(module)
         if m:
             i = int(m.group(1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specguard import plans
 from specguard.errors import LayoutError
 from specguard.layouts import roles as r
 from specguard.layouts.base import VLLM, Layout
@@ -96,7 +97,13 @@ def layout_for(
         raise LayoutError("config has no integer num_hidden_layers")
     if model_type in DEEPSEEK_V4_TYPES:
         return _deepseek_v4(cfg, config, n, kind, engine)
-    nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0
+    nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+    plan = plans.plan_for_config(config) if engine == VLLM else None
+    if nextn is None and plan is not None:
+        # the count as the engine reads it where the config has no key (Qwen3-Next:
+        # ``getattr(config, "num_nextn_predict_layers", 1)``), recorded in its plan
+        nextn = plan.draft_layers(cfg)
+    nextn = nextn or 0
     if model_type in DEEPSEEK_V3_TYPES:
         mha = model_type == "deepseek" or not (cfg.get("qk_nope_head_dim") or cfg.get("qk_rope_head_dim"))
         return DeepseekV3Layout(
@@ -104,7 +111,7 @@ def layout_for(
         )
     if model_type in QWEN3_5_TYPES:
         return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine)
-    return GenericLayout(n, nextn, kind or r.MTP, engine=engine)
+    return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
 
 
 def _deepseek_v4(

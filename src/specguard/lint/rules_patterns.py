@@ -50,7 +50,8 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
             continue
         modules = list(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per module
-        runtime = sorted({p for m in dict.fromkeys(map(alike, modules)) for p in r.layout.runtime_prefixes(m)})
+        runtime = sorted({p for m in dict.fromkeys(map(alike, modules)) for p in r.layout.runtime_prefixes(m)}
+                         | set(getattr(r.vllm, "built_prefixes", tuple)()))  # built though not stored
         # One index per name set: each pattern is then a scan of a joined text, not a
         # Python loop over 45,000 names (issue 12 item 10).
         indexes = {False: NameIndex(runtime)}

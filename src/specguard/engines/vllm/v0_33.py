@@ -49,6 +49,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from specguard import plans
 from specguard.declared import parse_declared
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared
 from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
@@ -65,7 +66,7 @@ from specguard.declared.patterns import (
 from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.declared.torchao import TorchAODeclared
 from specguard.engines import EngineChoice
-from specguard.engines.vllm import gptq
+from specguard.engines.vllm import gptq, startup
 from specguard.engines.vllm import int_group as ig
 from specguard.engines.vllm.startup import Refusal
 from specguard.engines.vllm.startup import refusals as startup_refusals
@@ -77,6 +78,8 @@ from specguard.layouts import roles as r
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, is_deepseek_v41, text_config
 
 ENGINE = "vLLM 0.33"  # the modelled engine and version, as every message names it
+PLAN_ENGINE = "vllm-0.33"  # its key in engines/registry.py and plans/
+NO_PLAN = "no plan"  # EngineChoice.method where no plan or family model says what is built
 PLATFORMS = ("cuda", "rocm", "cpu")
 TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
 MODELS = (TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL)
@@ -201,6 +204,11 @@ class Vllm033:
         self.expert_dtype = str(self.text.get("expert_dtype") or "fp4")
         self.moe_quant_algo = str(qc.get("moe_quant_algo") or "").upper() if isinstance(qc, Mapping) else ""
         self.quantization_config: Mapping[str, Any] = qc if isinstance(qc, Mapping) else {}
+        # The build plan recorded from vLLM 0.33 for this architecture (plans/vllm-0.33/):
+        # where it has the answer, the hand-written rules below are not asked.
+        self.plan: plans.Plan | None = plans.plan_for_config(
+            config, PLAN_ENGINE, drafter=draft_config if self.draft_kind == r.EAGLE else None)
+        self._no_plan = self.no_plan()
 
     # -- which class, which lists --------------------------------------------
 
@@ -245,7 +253,39 @@ class Vllm033:
 
     def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
         """Why vLLM 0.33 will not start on this checkpoint (engines/vllm/startup.py); empty if it starts."""
+        unsupported = self.unsupported_architecture()
+        if unsupported is not None:
+            return [unsupported]  # nothing past the registry lookup runs
         return startup_refusals(self.config, self.hf_quant_config, modules, self.layout, self.quant_config_class())
+
+    def unsupported_architecture(self) -> Refusal | None:
+        """model_executor/models/registry.py ``_raise_for_unsupported``: no architecture the
+        config names is in vLLM 0.33's registry (recorded: plans/vllm-0.33/_registry.json),
+        nor served by its Transformers backend (``_try_resolve_transformers``: a class
+        transformers exports, or remote code named in ``auto_map``)."""
+        archs = self.config.get("architectures")
+        known = plans.supported_architectures(PLAN_ENGINE)
+        if not isinstance(archs, list) or not archs or known is None or self.config.get("auto_map"):
+            return None
+        names = [str(a) for a in archs]
+        backend = plans.transformers_backend(PLAN_ENGINE)
+        if any(a in known or a in backend for a in names):
+            return None
+        return Refusal(startup.CONFIG, f"ValueError: Model architectures {names} are not supported for now",
+                       f"vLLM 0.33's model registry has no architecture {names[0]} "
+                       "(model_executor/models/registry.py _raise_for_unsupported)")
+
+    def no_plan(self) -> str | None:
+        """Why specguard cannot say what vLLM 0.33 builds for this architecture (None: it can):
+        the config names an architecture with no recorded plan and no hand-written family model.
+        Every ``builds`` answer is then ``unknown`` (scheme UNKNOWN, method "no plan")."""
+        archs = self.config.get("architectures")
+        if self.plan is not None or self.layout.family != "generic" or not isinstance(archs, list) or not archs:
+            return None
+        if self.unsupported_architecture() is not None:
+            return None  # refused at start-up: SG701 says so
+        return (f"no build plan of {archs[0]} is recorded for {ENGINE} "
+                "(docs/architecture.md \"Plans\": scripts/record_plans.py adds one)")
 
     # -- the routing ------------------------------------------------------------
 
@@ -260,6 +300,9 @@ class Vllm033:
             raise ValueError(f"unknown model {model!r}; expected one of {MODELS}")
         d, model_type = self._declared(model)
         cls = self.quant_config_class(model)
+        why_unknown = self._no_plan
+        if why_unknown is not None and kind not in (r.NORM, r.OTHER):
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why_unknown), NO_PLAN, why_unknown, cls)
         if kind in (r.NORM, r.OTHER):
             return self._plain(d, cls, "Parameter", "not a quantizable layer")
         if self.built_without_quant_config(runtime_prefix, kind):
@@ -341,8 +384,30 @@ class Vllm033:
                     f"{'/'.join(sorted(parts & _MTP_ONLY))}: an MTP module, not loaded")
         return None
 
+    def plan_row(self, prefix: str, model: str | None = None) -> plans.ModuleRow | None:
+        """The recorded module behind a runtime prefix (None: no plan, or the plan has no such module)."""
+        if self.plan is None:
+            return None
+        model = model or self._model_of(prefix)
+        side = self.plan.target if model == TARGET_MODEL else self.plan.draft
+        return side.find(prefix) if side is not None else None
+
+    def built_prefixes(self) -> tuple[str, ...]:
+        """Quant prefixes the target asks about whatever the checkpoint stores (no layer
+        index: ``lm_head``, ``model.embed_tokens``), recorded in its plan. A tied head is
+        still built, and its prefix still asked, though no tensor of it is stored."""
+        if self.plan is None:
+            return ()
+        return tuple(row.quant_prefix for row in self.plan.target.modules
+                     if row.quant_prefix is not None and "{" not in row.quant_prefix)
+
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
-        """Layers the model class builds with ``quant_config=None``: no config can quantize them."""
+        """Layers the model class builds with ``quant_config=None``: no config can quantize them.
+        Recorded in the plan where there is one (a module row whose quant config was never
+        asked: GLM MTP's ``eh_proj``, a plain ``nn.Linear``); otherwise the rules below."""
+        row = self.plan_row(prefix) if kind in _PLANNED_KINDS else None
+        if row is not None:
+            return not row.asks_quant_config
         family = self.layout.family
         if family == "deepseek_v4" and prefix.endswith(_NO_QUANT_CONFIG):
             return True
@@ -406,6 +471,12 @@ class Vllm033:
         return EngineChoice(d.unquantized, method, why, cls)
 
     def _packed(self, model: str) -> Mapping[str, Sequence[str]]:
+        """The ``packed_modules_mapping`` the quant config holds while ``model`` is built:
+        recorded in the plan (configure_quant_config / SupportsQuant hand it over)."""
+        if self.plan is not None:
+            side = self.plan.target if model == TARGET_MODEL else self.plan.draft
+            if side is not None:
+                return side.packed_modules_mapping
         if self.v41 and model != DSPARK_MODEL:
             return {}  # the VL wrapper class declares no packed_modules_mapping
         if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
@@ -724,6 +795,9 @@ def _class_of(d: Declared, model_type: str, platform: str) -> str | None:
         "torchao": f"{_QC}.torchao.TorchAOConfig",
     }.get(d.stack)
 
+
+# Module kinds a plan's quant-config record answers for (norms and others never ask).
+_PLANNED_KINDS = frozenset({r.LINEAR, r.HEAD_KIND, r.ROUTED_EXPERTS})
 
 # Model classes whose router is built with the model's quant_config (qwen3_moe.py
 # Qwen3MoeSparseMoeBlock, lfm2_moe.py, k2_horizon.py: ``GateLinear(..., quant_config=quant_config)``).

@@ -1,0 +1,61 @@
+"""Engines as values: each modelled engine version under its key (``vllm-0.33``).
+
+An entry names the engine as messages print it, the engine model class that
+answers ``builds``/``refusals`` for one checkpoint, and the plans it reads
+(``specguard.plans``, recorded from that engine). ``Resolver(..., engine=KEY)``
+picks one; the default is ``DEFAULT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specguard.errors import UsageError
+
+DEFAULT = "vllm-0.33"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine version: its key, its printed name, and how to build its model of a checkpoint."""
+
+    key: str  # registry key and plans/ folder: "vllm-0.33"
+    name: str  # as messages print it: "vLLM 0.33"
+    model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
+
+
+def _vllm_033() -> Engine:
+    from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
+
+    return Engine("vllm-0.33", ENGINE, Vllm033)
+
+
+_FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033}
+_BUILT: dict[str, Engine] = {}
+
+
+def keys() -> tuple[str, ...]:
+    """Every registered engine key."""
+    return tuple(_FACTORIES)
+
+
+def engine(key: str = DEFAULT) -> Engine:
+    """The engine registered as ``key``; a UsageError names the known ones otherwise."""
+    hit = _BUILT.get(key)
+    if hit is None:
+        factory = _FACTORIES.get(key)
+        if factory is None:
+            raise UsageError(f"unknown engine {key!r}; known: {', '.join(_FACTORIES)}")
+        hit = _BUILT[key] = factory()
+    return hit
+
+
+def register(key: str, factory: Callable[[], Engine]) -> None:
+    """Add an engine version (``factory`` builds its entry on first use)."""
+    _FACTORIES[key] = factory
+    _BUILT.pop(key, None)
+
+
+__all__ = ["DEFAULT", "Engine", "engine", "keys", "register"]
