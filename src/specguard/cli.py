@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specguard._version import __version__
+from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
+from specguard.engines.registry import keys as engine_keys
 from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS
 from specguard.errors import SpecguardError, UsageError
 from specguard.layouts.roles import DraftKind
@@ -110,6 +112,9 @@ def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
                         "dspark_target_layer_ids, else MTP; eagle needs --draft)")
     p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
+    p.add_argument("--engine", choices=engine_keys(), default=None,
+                   help="engine version to model (docs/engines.md; default: the installed one when "
+                        f"modelled, else {DEFAULT_ENGINE})")
 
 
 def build_parser() -> argparse.ArgumentParser:

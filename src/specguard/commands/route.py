@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specguard.commands.output import write_json
 from specguard.commands.sources import open_path
+from specguard.engines.registry import installed as installed_engine
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.errors import UsageError
 from specguard.formats.scheme import Scheme
@@ -26,13 +27,16 @@ def resolvers(args: argparse.Namespace) -> list[Resolver]:
     if args.draft_method == "eagle" and not args.draft:
         raise UsageError("--draft-method eagle routes a separate EAGLE drafter: pass --draft SRC "
                          "(the drafter's checkpoint; SOURCE is the target's)")
+    engine = getattr(args, "engine", None) or installed_engine()
     target = Resolver(open_path(args.source, revision=args.revision, remote=args.remote),
                       draft_method=args.draft_method if not args.draft else None, platform=args.platform,
-                      own_draft=False if args.draft else None)  # a separate drafter replaces the stored draft
+                      own_draft=False if args.draft else None,  # a separate drafter replaces the stored draft
+                      engine=engine)
     out = [target]
     if args.draft:
         out.append(Resolver(open_path(args.draft, revision=args.revision, remote=args.remote),
-                            draft_method=args.draft_method or "dspark", target=target, platform=args.platform))
+                            draft_method=args.draft_method or "dspark", target=target, platform=args.platform,
+                            engine=engine))
     return out
 
 
@@ -43,7 +47,7 @@ def run_route(args: argparse.Namespace) -> int:
         write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
     else:
         render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
-               show_ok=args.all)
+               show_ok=args.all, engine=rs[0].vllm.name)
     return 1 if any(rt.verdict != OK for _, rt in routes) else 0
 
 
@@ -82,7 +86,7 @@ def _short(sc: Scheme | None) -> str:
     return sc.short() if sc is not None else "—"
 
 
-def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = True) -> None:
+def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = True, engine: str = ENGINE) -> None:
     def key(rt: Route) -> tuple:
         vllm = rt.vllm.method if rt.vllm else "—"
         return (role_label(rt.role), _short(rt.stored), _short(rt.declared.scheme) if rt.declared else "—",
@@ -90,7 +94,7 @@ def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = Tru
 
     shown = [rt for rt in routes if show_ok or rt.verdict != OK or rt.role.is_draft]
     t = Table(title=f"{escape(title)} — {len(routes)} runtime modules", title_justify="left")
-    for col in ("runtime prefix", "role", "stored as", "declared as", f"{ENGINE} builds", "verdict"):
+    for col in ("runtime prefix", "role", "stored as", "declared as", f"{engine} builds", "verdict"):
         t.add_column(col)
     for run in group_runs((rt.prefix, key(rt), rt) for rt in shown):
         role, stored, declared, vllm, verdict = cast(tuple[str, str, str, str, Verdict], run.key)

@@ -11,7 +11,7 @@ from specguard.declared import DeclaredScheme
 from specguard.declared.edits import CONFIG_JSON, ConfigEdit
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
-from specguard.engines.vllm.v0_33 import ENGINE, v41_ignore_name
+from specguard.engines.vllm.v0_33 import v41_ignore_name
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.layouts import roles as r
@@ -106,7 +106,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
         yield Finding(
             "SG201", ERROR,
             f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s) stored {first.stored.short()}; "
-            f"declared {first.declared.scheme.short()} by {first.declared.source}; {ENGINE} on {res.platform} "
+            f"declared {first.declared.scheme.short()} by {first.declared.source}; {ctx.engine_name} on {res.platform} "
             f"({_class(first)}) builds {method}: {describe(rt.prefix for rt in routes)}",
             _names(routes), fix, data={"edits": [e.as_dict() for e in edits], "targets": [rt.prefix for rt in routes]},
         )
@@ -201,7 +201,7 @@ def _gptq_over_plain(ctx: LintContext, role: str, stored: str, built: str, sourc
            "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
     return Finding(
         "SG203", ERROR,
-        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ctx.engine_name} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
         fix,
@@ -230,10 +230,10 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
             yield Finding(
                 "SG204", ERROR,
                 f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
-                f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
+                f"({routes[0].vllm.reason}); {ctx.engine_name} fails to start: the unquantized layer has no "
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
                 _names(routes),
-                f"store them unquantized (dequantize the {stored} weights to BF16): no {ENGINE} quant "
+                f"store them unquantized (dequantize the {stored} weights to BF16): no {ctx.engine_name} quant "
                 f"config builds {stored} layers beside GPTQ ones",
             )
             continue
@@ -258,11 +258,12 @@ def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> tuple[list[Con
             entry = ["mtp.*"] if names and all(x.startswith("mtp.") for x in names) else names
             edits = [ConfigEdit(CONFIG_JSON, ("quantization_config", "ignore"), "extend", entry)]
             if checked(ctx, res, edits, [p.prefix for p in routes]):
-                return edits, (f"{describe_edits(edits)}: on {res.platform}, {ENGINE}'s DeepSeek-V4.1 quant config "
+                return edits, (f"{describe_edits(edits)}: on {res.platform}, {ctx.engine_name}'s DeepSeek-V4.1 "
+                               "quant config "
                                "then routes them to MXFP4 (re-routed with the change: they route ok, nothing else "
                                "changes); an ignored_layers entry would load them as BF16, not MXFP4")
         held = f"the config already declares them MXFP4 ({rt.declared.source}); " if present else ""
-        where = (f"on {res.platform} {ENGINE} builds every routed-expert layer from moe_quant_algo "
+        where = (f"on {res.platform} {ctx.engine_name} builds every routed-expert layer from moe_quant_algo "
                  f"({_class(rt)} reads no list that routes experts to MXFP4)")
         return [], f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk"
     return [], f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin"
