@@ -105,16 +105,16 @@ def _command(sub: Any, name: str, help: str, exits: str, description: str | None
     return p
 
 
-def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
+def _draft_args(p: argparse.ArgumentParser, draft_help: str, every_engine: bool = False) -> None:
     p.add_argument("--draft", metavar="SRC2", help=draft_help)
     p.add_argument("--draft-method", choices=list(DraftKind),
                    help="how the draft is served (default: from config.json: DSpark where it names "
                         "dspark_target_layer_ids, else MTP; eagle needs --draft)")
     p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
-    p.add_argument("--engine", choices=engine_keys(), default=None,
+    p.add_argument("--engine", choices=[*engine_keys(), *(["all"] if every_engine else [])], default=None,
                    help="engine version to model (docs/engines.md; default: the installed one when "
-                        f"modelled, else {DEFAULT_ENGINE})")
+                        f"modelled, else {DEFAULT_ENGINE})" + ("; all: every one side by side" if every_engine else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "route", f"each runtime module to the scheme it is stored in, next to {ENGINE}'s choice",
                  "a module is misrouted, missing or names an exclusion pattern that matches nothing")
     _source_args(p)
-    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)", every_engine=True)
     p.add_argument("--json", action="store_true",
                    help="one JSON object: {schema, checkpoint, records: [one record per runtime module]}")
     p.add_argument("--all", action="store_true",

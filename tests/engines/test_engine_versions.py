@@ -89,6 +89,6 @@ def test_rocm_mtp_ignore_entries_realigned_only_by_033(vllm_032: Path, tmp_path:
     # Stored FP8 block: 0.33 re-keys the exact entry onto the draft layer and builds it
     # unquantized (misrouted); 0.32 leaves it on model.mtp.0.e_proj: FP8, the entry matches nothing.
     assert built["vllm-0.33"] == ("UnquantizedLinearMethod", "misrouted")
-    assert built["vllm-0.32"] == ("Fp8LinearMethod", "unmatched")
+    assert built["vllm-0.32"] == ("Fp8LinearMethod", "unmatched pattern")
 
 

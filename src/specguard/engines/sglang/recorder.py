@@ -92,11 +92,11 @@ def complete_config(path: Path) -> None:
     for f in dataclasses.fields(DeepSeekV4Config):
         if f.name in config or f.name.startswith("_"):
             continue
-        if f.default is not dataclasses.MISSING:
-            config[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            config[f.name] = f.default_factory()
-    file.write_text(json.dumps(config, indent=1, default=str))
+        value = (f.default if f.default is not dataclasses.MISSING
+                 else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if isinstance(value, (bool, int, float, str, list)):  # plain JSON values only
+            config[f.name] = value
+    file.write_text(json.dumps(config, indent=1))
 
 
 def record_case(path: Path, algorithm: str = "EAGLE") -> dict[str, Any]:
