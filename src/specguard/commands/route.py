@@ -71,8 +71,8 @@ def render_matrix(by_engine: dict[str, list[tuple[Resolver, Route]]], out: Conso
     and its verdict; a footer names the modules where the engines disagree."""
     keys = list(by_engine)
     cells: dict[str, list[Route]] = {}
-    for key in keys:
-        for _, rt in by_engine[key]:
+    for engine in keys:
+        for _, rt in by_engine[engine]:
             cells.setdefault(rt.prefix, []).append(rt)
     rows = [(prefix, rts) for prefix, rts in cells.items() if len(rts) == len(keys)]
 
@@ -80,16 +80,15 @@ def render_matrix(by_engine: dict[str, list[tuple[Resolver, Route]]], out: Conso
         built = rt.vllm.scheme.format if rt.vllm else "—"
         return f"{built} {rt.verdict}"
 
-    def key(item: tuple[str, list[Route]]) -> tuple:
-        rts = item[1]
+    def row_key(rts: list[Route]) -> tuple[str, ...]:
         return (role_label(rts[0].role), _short_format(rts[0].stored), *(cell(rt) for rt in rts))
 
     shown = [it for it in rows if show_ok or it[1][0].role.is_draft or any(rt.verdict != OK for rt in it[1])]
     t = Table(title=f"{len(rows)} runtime modules, {len(keys)} engines", title_justify="left")
     for col in ("runtime prefix", "role", "stored", *keys):
         t.add_column(col)
-    for run in group_runs((prefix, key((prefix, rts)), rts) for prefix, rts in shown):
-        t.add_row(escape(run.label()), *(escape(str(c)) for c in run.key))
+    for run in group_runs((prefix, row_key(rts), rts) for prefix, rts in shown):
+        t.add_row(escape(run.label()), *(escape(str(c)) for c in cast(tuple[str, ...], run.key)))
     print_table(out, t)
     differ = [prefix for prefix, rts in rows if len({(cell(rt)) for rt in rts}) > 1]
     for k in keys:
