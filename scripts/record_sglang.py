@@ -27,22 +27,26 @@ def _complete(config_path: Path, **quant: object) -> None:
     published = json.loads(PUBLISHED.read_text())
     for key, value in published.items():
         config.setdefault(key, value)
+    # Per-layer KV compression (0: none), which SGLang's ModelConfig reads and neither the
+    # factory nor the assembled published copy carries; it does not enter a quant decision.
+    layers = int(config["num_hidden_layers"]) + int(config.get("num_nextn_predict_layers") or 0)
+    config.setdefault("compress_ratios", [0] * layers)
     if quant:
         config["quantization_config"] = {**config["quantization_config"], **quant}
     config_path.write_text(json.dumps(config, indent=1))
 
 
-def cases(root: Path) -> dict[str, Path]:
+def cases(root: Path) -> dict[str, tuple[Path, str]]:
     """The checkpoints recorded: factory scenarios, and S1 as a hybrid FP8+NVFP4 export
     (``quant_algo: MIXED_PRECISION``, ``group_size: 16``, as nvidia/DeepSeek-V4-Pro-NVFP4)."""
-    out: dict[str, Path] = {}
+    out: dict[str, tuple[Path, str]] = {}
     for name in SCENARIOS:
         write_scenario(name, root / name)
         _complete(root / name / "config.json")
-        out[name] = root / name
+        out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE")
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
-    out["s1-hybrid"] = root / "s1-hybrid"
+    out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE")
     return out
 
 

@@ -62,7 +62,7 @@ def _quant_facts(qc: Any) -> dict[str, Any]:
             value = getattr(qc, attr)
             facts[attr] = list(value) if isinstance(value, (list, tuple)) else value
     fp8 = getattr(qc, "fp8_config", qc)
-    nvfp4 = getattr(qc, "nvfp4_config", None)
+    nvfp4 = getattr(qc, "nvfp4_config", qc if hasattr(qc, "is_layer_excluded") else None)
     if nvfp4 is not None:
         facts["nvfp4_exclude_modules"] = list(nvfp4.exclude_modules)
     per_prefix: dict[str, dict[str, bool]] = {}
@@ -99,8 +99,9 @@ def complete_config(path: Path) -> None:
     file.write_text(json.dumps(config, indent=1))
 
 
-def record_case(path: Path, algorithm: str = "EAGLE") -> dict[str, Any]:
-    """SGLang's target and draft decisions for the checkpoint at ``path``."""
+def record_case(path: Path, algorithm: str | None = "EAGLE") -> dict[str, Any]:
+    """SGLang's target and draft decisions for the checkpoint at ``path``, the draft served
+    with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head)."""
     complete_config(path)
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
@@ -117,7 +118,7 @@ def record_case(path: Path, algorithm: str = "EAGLE") -> dict[str, Any]:
     return out
 
 
-def record_all(cases: dict[str, Path]) -> dict[str, Any]:
+def record_all(cases: dict[str, tuple[Path, str | None]]) -> dict[str, Any]:
     """Every case, in one SGLang process (one engine start per version)."""
     _cpu_prelude()
     from importlib.metadata import version
@@ -128,8 +129,8 @@ def record_all(cases: dict[str, Path]) -> dict[str, Any]:
                               "platform": {k: list(v) if isinstance(v, tuple) else v for k, v in PLATFORM.items()},
                               "cases": {}}
     with override_platform(**PLATFORM):
-        for name, path in cases.items():
-            result["cases"][name] = record_case(path)
+        for name, (path, algorithm) in cases.items():
+            result["cases"][name] = record_case(path, algorithm)
     return result
 
 
