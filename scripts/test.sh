@@ -43,6 +43,8 @@ step "creating .venv"
 python3 -m venv .venv
 PIP=".venv/bin/pip"
 $PIP install -q --no-compile --upgrade pip >/dev/null
+step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
+in_background engines bash scripts/engines.sh
 step "installing torch 2.13.0 (CPU build)"
 $PIP install -q --no-compile torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
@@ -52,6 +54,8 @@ $PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks
 in_background mypy .venv/bin/mypy src
+step "waiting for the engine overlays"
+wait_for engines
 if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
   wait_for chromium

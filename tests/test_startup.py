@@ -96,6 +96,9 @@ def test_the_parser_vocabularies_are_the_stages_own() -> None:
     assert cli.ENGINE == v0_33.ENGINE and cli.PLATFORMS == v0_33.PLATFORMS
     assert tuple(DraftKind) == cli.DRAFT_METHODS
     assert tuple(Severity) == cli.SEVERITIES
+    from specguard.engines import registry
+
+    assert registry.keys() == cli.ENGINE_KEYS and registry.DEFAULT == cli.DEFAULT_ENGINE
 
 
 # ---------------------------------------------------------------- Ctrl-C

@@ -33,6 +33,8 @@ ENGINE = "vLLM 0.33"  # engines.vllm.v0_33.ENGINE
 PLATFORMS = ("cuda", "rocm", "cpu")  # engines.vllm.v0_33.PLATFORMS
 DRAFT_METHODS = ("mtp", "dspark", "eagle")  # layouts.roles.DraftKind
 SEVERITIES = ("info", "warning", "error")  # lint.finding.Severity, ascending
+ENGINE_KEYS = ("vllm-0.33", "vllm-0.32")  # engines.registry.keys()
+DEFAULT_ENGINE = "vllm-0.33"  # engines.registry.DEFAULT
 
 
 def _source_args(p: argparse.ArgumentParser) -> None:
@@ -128,13 +130,16 @@ def _command(sub: Any, name: str, help: str, exits: str, *, vouches: bool = Fals
     return p
 
 
-def _draft_args(p: argparse.ArgumentParser, draft_help: str) -> None:
+def _draft_args(p: argparse.ArgumentParser, draft_help: str, every_engine: bool = False) -> None:
     p.add_argument("--draft", metavar="SRC2", help=draft_help)
     p.add_argument("--draft-method", choices=DRAFT_METHODS,
                    help="how the draft is served (default: from config.json: DSpark where it names "
                         "dspark_target_layer_ids, else MTP; eagle needs --draft)")
     p.add_argument("--platform", choices=PLATFORMS, default="cuda",
                    help="vLLM platform whose quant-config class to model (default: cuda)")
+    p.add_argument("--engine", choices=[*ENGINE_KEYS, *(["all"] if every_engine else [])], default=None,
+                   help="engine version to model (docs/engines.md; default: the installed one when "
+                        f"modelled, else {DEFAULT_ENGINE})" + ("; all: every one side by side" if every_engine else ""))
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -160,7 +165,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                  "a module is misrouted, missing, refused or names an exclusion pattern that matches nothing",
                  vouches=True)
     _source_args(p)
-    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)", every_engine=True)
     p.add_argument("--json", action="store_true",
                    help="one JSON object: {schema, checkpoint, records: [one record per runtime module]}")
     p.add_argument("--all", action="store_true",

@@ -32,8 +32,26 @@ def _vllm_033() -> Engine:
     return Engine("vllm-0.33", ENGINE, Vllm033)
 
 
-_FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033}
+def _vllm_032() -> Engine:
+    from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
+
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032)
+
+
+_FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032}
 _BUILT: dict[str, Engine] = {}
+
+
+def installed() -> str:
+    """The modelled engine installed in this environment (vLLM by its package metadata, not
+    imported), else ``DEFAULT``, the newest vLLM modelled: ``--engine``'s default."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        key = "vllm-" + ".".join(version("vllm").split(".")[:2])
+    except PackageNotFoundError:
+        return DEFAULT
+    return key if key in _FACTORIES else DEFAULT
 
 
 def keys() -> tuple[str, ...]:
@@ -58,4 +76,4 @@ def register(key: str, factory: Callable[[], Engine]) -> None:
     _BUILT.pop(key, None)
 
 
-__all__ = ["DEFAULT", "Engine", "engine", "keys", "register"]
+__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "register"]

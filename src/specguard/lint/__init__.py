@@ -56,5 +56,7 @@ def _lint(resolvers: list[Resolver], select_codes: Iterable[str] | None,
         before = sum(x.checkpoint.bytes_read[0] for x in resolvers)
         findings.extend(r.check(ctx))
         bytes_by_rule[r.code] = sum(x.checkpoint.bytes_read[0] for x in resolvers) - before
+    for f in findings:  # every finding names the engine it is a promise about (JSON "engine")
+        f.data.setdefault("engine", ctx.engine_name)
     findings.sort(key=lambda f: (-severity_rank(f.severity), f.code))
     return LintResult(tuple(findings), bytes_by_rule, sum(x.checkpoint.total_bytes for x in resolvers))

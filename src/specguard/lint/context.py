@@ -30,6 +30,11 @@ class LintContext:
     _files: dict[int, QuantFiles | None] = field(default_factory=dict)
     _plan: Plan | None = None  # the repair planner's plan (lint/fixes.py ``plan``)
 
+    @property
+    def engine_name(self) -> str:
+        """The modelled engine every finding names ("vLLM 0.33"): one per lint run."""
+        return self.resolvers[0].vllm.name if self.resolvers else "the engine"
+
     def quant_files(self, r: Resolver) -> QuantFiles | None:
         """Where config.json's quantization_config and hf_quant_config.json claim different
         schemes (None: one file, or they agree). Shared by SG103 and the SG2xx rules, which

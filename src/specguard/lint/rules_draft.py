@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.fixes import planned
@@ -104,7 +103,7 @@ def draft_outside_index(ctx: LintContext) -> Iterator[Finding]:
             effect = "vLLM fails to start: 'Following weights were not initialized from checkpoint'"
         yield SG303.finding(
             f"{len(names)} draft tensor(s) stored only in {', '.join(files)}, which the index never names; "
-            f"{ENGINE} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
+            f"{ctx.engine_name} reads indexed files only (filter_duplicate_safetensors_files), {effect}: "
             f"{describe(names)}",
             tuple(names),
             f"add the {len(names)} names to weight_map with the value "
@@ -132,7 +131,8 @@ def draft_inputs_missing(ctx: LintContext) -> Iterator[Finding]:
         kind = r.layout.draft_kind or "mtp"
         leaves = list(dict.fromkeys(p.rsplit(".", 1)[-1] for p in absent))
         yield SG304.finding(
-            f"draft method {kind}: {ENGINE} builds {', '.join(leaves)} for the draft but the checkpoint stores "
+            f"draft method {kind}: {ctx.engine_name} builds {', '.join(leaves)} for the draft but the checkpoint "
+            "stores "
             f"none of them ({len(absent)} module(s): {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''}); "
             "they would stay uninitialized",
             tuple(absent), _method_fix(ctx, r, kind),

@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterator
 
 from specguard.engines.vllm.loader import FAILS, PROJECTIONS, SKIPPED, expert_load, expert_module_mapped, renamed
-from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
@@ -90,7 +89,7 @@ def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
     fixed = f"{head}.experts.{renamed(rest) or rest}"
     parts = []
     if fails:
-        parts.append(f"{ENGINE} fails to start on {len(fails)} (RoutedExperts.load_weights: no parameter "
+        parts.append(f"{ctx.engine_name} fails to start on {len(fails)} (RoutedExperts.load_weights: no parameter "
                      f"{dict(fails).get(example, fails[0][1])!r}, AttributeError)")
     if skipped:
         parts.append(f"{len(skipped)} match nothing and are skipped (w13 parameters unwritten)")

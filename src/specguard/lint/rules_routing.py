@@ -11,7 +11,6 @@ from specguard.declared import DeclaredScheme
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, Fix
 from specguard.engines import EngineChoice
 from specguard.engines.vllm.gptq import gptq_dynamic_fix
-from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.specs import needs
@@ -96,7 +95,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
         yield SG201.finding(
             f"{len(routes)} {role} {kind.replace('_', ' ')} layer(s){of}: stored "
             f"{first.stored.short()}; declared {first.declared.scheme.short()} by {_declared_by(res, first)}; "
-            f"built {method} by {ENGINE} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
+            f"built {method} by {ctx.engine_name} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
             f"{describe(targets)}",
             _names(routes), fix, data={"runtime_prefixes": targets},
         )
@@ -214,7 +213,7 @@ def _gptq_over_plain(ctx: LintContext, res: Resolver, role: str, stored: str, bu
         "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
         "drafter's quantized layers unquantized (qwen3_5_mtp.py)")
     return SG203.finding(
-        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ENGINE} fails to "
+        f"{len(routes)} {role} module(s) stored {stored} but built {built} ({source}); {ctx.engine_name} fails to "
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
         fix,
@@ -244,10 +243,10 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
     for (role, stored, method), routes, _res in _groups(ctx, pick):
         if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith(("gptq:", "inc:")):
             yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
-                f"({routes[0].vllm.reason}); {ENGINE} fails to start: the unquantized layer has no "
+                f"({routes[0].vllm.reason}); {ctx.engine_name} fails to start: the unquantized layer has no "
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
                 _names(routes),
-                f"store them unquantized (dequantize the {stored} weights to BF16): no {ENGINE} quant "
+                f"store them unquantized (dequantize the {stored} weights to BF16): no {ctx.engine_name} quant "
                 f"config builds {stored} layers beside GPTQ ones",
             )
             continue
@@ -265,17 +264,18 @@ def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> Fix:
     mxfp4_as_nvfp4 = rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4 and rt.vllm.scheme.format == s.NVFP4
     fix = planned(ctx, res, [p.prefix for p in routes])
     if fix is not None and fix.applicability == Applicability.REENCODE:
-        return replace(fix, message=f"{fix.message}: {ENGINE} on {res.platform} ({_class(rt)}) reads no list that "
-                                    "routes experts to MXFP4, and BF16 holds MXFP4 values exactly")
+        return replace(fix, message=f"{fix.message}: {ctx.engine_name} on {res.platform} ({_class(rt)}) reads no "
+                                    "list that routes experts to MXFP4, and BF16 holds MXFP4 values exactly")
     if fix is not None and mxfp4_as_nvfp4:
-        return replace(fix, message=f"{fix.message}: on {res.platform}, {ENGINE}'s DeepSeek-V4.1 quant config then "
-                                    "routes them to MXFP4 (an ignored_layers entry would load them as BF16)")
+        return replace(fix, message=f"{fix.message}: on {res.platform}, {ctx.engine_name}'s DeepSeek-V4.1 "
+                                    "quant config then routes them to MXFP4 (an ignored_layers entry would load "
+                                    "them as BF16)")
     if fix is not None:
         return fix
     if mxfp4_as_nvfp4:
         present = rt.declared.pattern is not None and rt.declared.scheme.format == s.MXFP4
         held = f"the config already declares them MXFP4 ({rt.declared.source}); " if present else ""
-        where = (f"on {res.platform} {ENGINE} builds every routed-expert layer from moe_quant_algo "
+        where = (f"on {res.platform} {ctx.engine_name} builds every routed-expert layer from moe_quant_algo "
                  f"({_class(rt)} reads no list that routes experts to MXFP4)")
         return Fix(f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk")
     return Fix(f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin")

@@ -37,13 +37,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ENGINE = "vllm-0.33"
+
+def _installed_engine() -> str:
+    """``vllm-MAJOR.MINOR`` of the vLLM first on sys.path: ``.venv``'s 0.33, or an overlay's
+    (``PYTHONPATH=.engines/vllm-0.32``, docs/engines.md) when recording another version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return "vllm-" + ".".join(version("vllm").split(".")[:2])
+    except PackageNotFoundError:
+        return "vllm-0.33"
+
+
+ENGINE = _installed_engine()
 SCHEMA = 1
 PLANS_DIR = Path(__file__).resolve().parents[2] / "plans" / ENGINE
 # Recording sizes: N target layers (the first dense where the family has both),
 # K draft layers where vLLM builds several; distinct so templating can tell them apart.
 N, K = 4, 2
-CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "", "VLLM_USE_V2_MODEL_RUNNER": "1"}
+# vLLM 0.32 refuses the V2 model runner without an active GPU triton driver
+# (config/vllm.py _validate_v2_model_runner, triton_utils/importing.py HAS_TRITON) and
+# itself falls back to V1 on CPU; the models it constructs are the same classes.
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "",
+           "VLLM_USE_V2_MODEL_RUNNER": "0" if ENGINE == "vllm-0.32" else "1"}
 
 # Sizes are the config class's own defaults (the meta device allocates nothing); only
 # the structure is set: N layers (dense first where the family mixes), K draft layers.

@@ -167,6 +167,9 @@ class Vllm033:
     """
 
     name = ENGINE
+    plan_engine = PLAN_ENGINE  # plans/<key>/ this version reads (a subclass for another version sets its own)
+    # amd/mtp.py align_mtp_quant_config re-keys the MTP draft's ignore entries on ROCm (new in 0.33)
+    realigns_mtp_on_rocm = True
 
     def __init__(
         self,
@@ -209,7 +212,7 @@ class Vllm033:
         # The build plan recorded from vLLM 0.33 for this architecture (plans/vllm-0.33/):
         # where it has the answer, the hand-written rules below are not asked.
         self.plan: plans.Plan | None = plans.plan_for_config(
-            config, PLAN_ENGINE, drafter=draft_config if self.draft_kind == r.EAGLE else None)
+            config, self.plan_engine, drafter=draft_config if self.draft_kind == r.EAGLE else None)
         self._no_plan = self.no_plan()
 
     # -- which class, which lists --------------------------------------------
@@ -236,7 +239,7 @@ class Vllm033:
         if not self.v4_mapper_applies(model):
             return tuple(raw)
         names = [deepseek_v4_rename(x) for x in raw]
-        if self.platform == "rocm" and model == MTP_MODEL:
+        if self.platform == "rocm" and model == MTP_MODEL and self.realigns_mtp_on_rocm:
             n = int(self.text.get("num_hidden_layers") or 0)
             for i in range(int(self.text.get("num_nextn_predict_layers") or 0)):
                 names = [x.replace(f"model.mtp.{i}.", f"model.layers.{n + i}.", 1)
@@ -266,15 +269,15 @@ class Vllm033:
         nor served by its Transformers backend (``_try_resolve_transformers``: a class
         transformers exports, or remote code named in ``auto_map``)."""
         archs = self.config.get("architectures")
-        known = plans.supported_architectures(PLAN_ENGINE)
+        known = plans.supported_architectures(self.plan_engine)
         if not isinstance(archs, list) or not archs or known is None or self.config.get("auto_map"):
             return None
         names = [str(a) for a in archs]
-        backend = plans.transformers_backend(PLAN_ENGINE)
+        backend = plans.transformers_backend(self.plan_engine)
         if any(a in known or a in backend for a in names):
             return None
         return Refusal(startup.CONFIG, f"ValueError: Model architectures {names} are not supported for now",
-                       f"vLLM 0.33's model registry has no architecture {names[0]} "
+                       f"{self.name}'s model registry has no architecture {names[0]} "
                        "(model_executor/models/registry.py _raise_for_unsupported)")
 
     def no_plan(self) -> str | None:
@@ -286,7 +289,7 @@ class Vllm033:
             return None
         if self.unsupported_architecture() is not None:
             return None  # refused at start-up: SG701 says so
-        return (f"no build plan of {archs[0]} is recorded for {ENGINE} "
+        return (f"no build plan of {archs[0]} is recorded for {self.name} "
                 "(docs/architecture.md \"Plans\": scripts/record_plans.py adds one)")
 
     # -- the routing ------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""SGLang: recorded decisions (recorder.py runs under the SGLang overlay only; docs/engines.md)."""

@@ -1,0 +1,138 @@
+"""Record what SGLang 0.5.23 decides for DeepSeek-V4 checkpoints, by running its own code on CPU.
+
+Run only by scripts/record_sglang.py and its CI test, under the SGLang overlay
+(``PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1``, docs/engines.md);
+never by specguard at run time. Per case (a checkpoint directory) it builds
+SGLang's ``ModelConfig`` for the target and for the draft (``is_draft_model=True``,
+the draft-architecture rewrite), asks SGLang's loader for the quant config
+(``model_loader.loader._get_quantization_config``: quant-config class,
+``is_fp4_experts`` from its header probe, the hybrid NVFP4 wrapper) and asks that
+quant config's own matching code which routed-expert prefixes it excludes
+(``is_layer_skipped`` for ``Fp8Config``, ``ModelOptFp4Config.is_layer_excluded`` for
+the hybrid's NVFP4 half). GPU facts are set with SGLang's ``override_platform``
+(an SM100 CUDA machine), never patched. What is read rather than run, and why, is
+in docs/engines.md ("SGLang 0.5.23").
+
+Bent on CPU, and only these: torchvision's CUDA-linked ``_C`` cannot load beside
+CPU torch, so the two op schemas its Python side registers fakes for are defined
+first; ``.venv``'s vLLM is hidden (``sys.modules["vllm"] = None``) so SGLang takes the
+paths it takes where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ENGINE = "sglang-0.5.23"
+SCHEMA = 1
+PLANS_DIR = Path(__file__).resolve().parents[2] / "plans" / ENGINE
+# An SM100 (Blackwell) CUDA machine, as SGLang's own tests declare one.
+PLATFORM = {"is_cuda": True, "is_sm100": True, "is_sm100_or_sm110": True, "is_blackwell": True,
+            "is_hip": False, "is_npu": False, "device_capability": (10, 0), "device_sm": 100}
+# Routed-expert prefixes as SGLang builds them: target layers (deepseek_v4.py
+# ``model.layers.{i}.mlp.experts``), the NextN draft (deepseek_v4_nextn.py
+# ``model.decoder``), the DSpark draft stages (deepseek_v4_dspark.py ``stages.{k}``).
+EXPERT_PREFIXES = ("model.layers.0.mlp.experts", "model.layers.1.mlp.experts",
+                   "model.decoder.mlp.experts", "stages.0.mlp.experts")
+
+
+def _cpu_prelude() -> None:
+    import torch
+
+    lib = torch.library.Library("torchvision", "DEF")  # kept alive on the module below
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    sys.modules[__name__].__dict__["_TORCHVISION_LIB"] = lib
+    sys.modules["vllm"] = None  # type: ignore[assignment]
+
+
+def _quant_facts(qc: Any) -> dict[str, Any]:
+    """The quant config's class and, per routed-expert prefix, what its own matching code says."""
+    if qc is None:
+        return {"class": None}
+    from sglang.srt.layers.quantization.utils import is_layer_skipped
+
+    cls = type(qc)
+    facts: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}", "name": qc.get_name()}
+    for attr in ("is_fp4_experts", "is_dsv4_fp4_experts", "ignored_layers"):
+        if hasattr(qc, attr):
+            value = getattr(qc, attr)
+            facts[attr] = list(value) if isinstance(value, (list, tuple)) else value
+    fp8 = getattr(qc, "fp8_config", qc)
+    nvfp4 = getattr(qc, "nvfp4_config", qc if hasattr(qc, "is_layer_excluded") else None)
+    if nvfp4 is not None:
+        facts["nvfp4_exclude_modules"] = list(nvfp4.exclude_modules)
+    per_prefix: dict[str, dict[str, bool]] = {}
+    for prefix in EXPERT_PREFIXES:
+        row: dict[str, bool] = {}
+        ignored = getattr(fp8, "ignored_layers", None)
+        if ignored is not None:
+            row["fp8_skipped"] = bool(is_layer_skipped(prefix, ignored,
+                                                       fused_mapping=getattr(fp8, "packed_modules_mapping", {})))
+        if nvfp4 is not None:
+            row["nvfp4_excluded"] = bool(nvfp4.is_layer_excluded(prefix))
+        per_prefix[prefix] = row
+    facts["experts"] = per_prefix
+    return facts
+
+
+def complete_config(path: Path) -> None:
+    """Add to ``path``/config.json the fields SGLang's own ``DeepSeekV4Config`` defaults
+    (configs/deepseek_v4.py) that the file lacks: its ModelConfig reads them (e.g.
+    ``index_head_dim``) through a config object that has no defaults."""
+    import dataclasses
+
+    from sglang.srt.configs.deepseek_v4 import DeepSeekV4Config
+
+    file = path / "config.json"
+    config = json.loads(file.read_text())
+    for f in dataclasses.fields(DeepSeekV4Config):
+        if f.name in config or f.name.startswith("_"):
+            continue
+        value = (f.default if f.default is not dataclasses.MISSING
+                 else f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if isinstance(value, (bool, int, float, str, list)):  # plain JSON values only
+            config[f.name] = value
+    file.write_text(json.dumps(config, indent=1))
+
+
+def record_case(path: Path, algorithm: str | None = "EAGLE") -> dict[str, Any]:
+    """SGLang's target and draft decisions for the checkpoint at ``path``, the draft served
+    with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head)."""
+    complete_config(path)
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader.loader import _get_quantization_config
+
+    out: dict[str, Any] = {}
+    for side, draft in (("target", False), ("draft", True)):
+        mc = ModelConfig(model_path=str(path), is_draft_model=draft,
+                         speculative_algorithm=algorithm if draft else None)
+        qc = _get_quantization_config(mc, LoadConfig())
+        out[side] = {"architecture": mc.hf_config.architectures[0], "quantization": mc.quantization,
+                     "is_fp4_experts": mc.is_fp4_experts, "nvfp4_moe_meta": mc.nvfp4_moe_meta,
+                     "quant_config": _quant_facts(qc)}
+    return out
+
+
+def record_all(cases: dict[str, tuple[Path, str | None]]) -> dict[str, Any]:
+    """Every case, in one SGLang process (one engine start per version)."""
+    _cpu_prelude()
+    from importlib.metadata import version
+
+    from sglang.srt.runtime_context import override_platform
+
+    result: dict[str, Any] = {"schema": SCHEMA, "engine": ENGINE, "sglang": version("sglang"),
+                              "platform": {k: list(v) if isinstance(v, tuple) else v for k, v in PLATFORM.items()},
+                              "cases": {}}
+    with override_platform(**PLATFORM):
+        for name, (path, algorithm) in cases.items():
+            result["cases"][name] = record_case(path, algorithm)
+    return result
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True) + "\n"

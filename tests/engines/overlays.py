@@ -1,0 +1,27 @@
+"""Run a command under an engine overlay (scripts/engines.sh, docs/engines.md): the engine's
+own directory, then the shared triton, first on PYTHONPATH over .venv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = {"vllm-0.32": ("vllm-0.32",), "sglang-0.5.23": ("sglang-0.5.23", "triton-3.7.1")}
+
+
+def run(engine: str, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh process that imports ``engine``'s code (skips the test where
+    the overlay is not installed: scripts/test.sh always installs it)."""
+    dirs = [ROOT / ".engines" / d for d in OVERLAYS[engine]]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        pytest.skip(f"{engine} overlay not installed (bash scripts/engines.sh): {missing}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, dirs), str(ROOT)]),
+           "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": ""}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)

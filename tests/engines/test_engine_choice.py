@@ -1,0 +1,56 @@
+"""Choosing the engine per run: ``--engine NAME|all`` on route, ``--engine NAME`` on lint
+(docs/engines.md). What each engine builds is checked against its own code in
+test_engine_versions.py; these check that the choice reaches the output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specguard.cli import main
+from specguard.engines import registry
+from specguard.factory import write_scenario
+
+
+def _s8_exclude_modules(root: Path) -> Path:
+    write_scenario("s8-nvfp4", root)
+    config = json.loads((root / "config.json").read_text())
+    config["quantization_config"]["exclude_modules"] = config["quantization_config"].pop("ignore")
+    (root / "config.json").write_text(json.dumps(config))
+    (root / "hf_quant_config.json").unlink()
+    return root
+
+
+def test_default_engine_is_the_installed_modelled_one() -> None:
+    from importlib.metadata import version
+
+    assert registry.installed() == "vllm-" + ".".join(version("vllm").split(".")[:2])
+    assert set(registry.keys()) >= {"vllm-0.33", "vllm-0.32"}
+
+
+def test_route_and_lint_name_the_chosen_engine(tmp_path: Path, capsys) -> None:
+    ckpt = str(_s8_exclude_modules(tmp_path / "s8x"))
+    assert main(["route", ckpt, "--engine", "vllm-0.33"]) == 0
+    assert main(["route", ckpt, "--engine", "vllm-0.32"]) == 1
+    out = capsys.readouterr().out
+    assert "vLLM 0.32 builds" in out and "misrouted" in out
+    assert main(["lint", ckpt, "--engine", "vllm-0.32", "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)
+    records = findings["findings"] if isinstance(findings, dict) and "findings" in findings else findings["records"]
+    assert records and {f["engine"] for f in records} == {"vLLM 0.32"}
+    assert main(["lint", ckpt, "--engine", "vllm-0.33"]) == 0
+
+
+def test_route_engine_all_matrix_and_json(tmp_path: Path, capsys) -> None:
+    ckpt = str(_s8_exclude_modules(tmp_path / "s8x"))
+    assert main(["route", ckpt, "--engine", "all"]) == 1
+    out = capsys.readouterr().out
+    assert "vllm-0.33" in out and "vllm-0.32" in out
+    assert "nvfp4 misrouted" in out and "bf16 ok" in out
+    assert "the engines differ on 14 module(s)" in out
+    assert main(["route", ckpt, "--engine", "all", "--json"]) == 1
+    records = json.loads(capsys.readouterr().out)["records"]
+    per_engine = {e: [r for r in records if r["engine"] == e] for e in ("vllm-0.33", "vllm-0.32")}
+    assert len(per_engine["vllm-0.33"]) == len(per_engine["vllm-0.32"]) > 0
+    assert {r["verdict"] for r in per_engine["vllm-0.33"]} == {"ok"}
+    assert "misrouted" in {r["verdict"] for r in per_engine["vllm-0.32"]}

@@ -1,0 +1,94 @@
+"""vLLM 0.32 beside vLLM 0.33 (docs/engines.md): each version's plans and the two places their
+builds differ, checked against that version's own code. vLLM 0.32 runs once, in a fresh
+process under its overlay (tests/engines/vllm_032_probe.py); 0.33 runs in this one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specguard import Resolver
+from specguard.factory import write_scenario
+from tests.engines import overlays
+
+PLANS = overlays.ROOT / "src/specguard/plans"
+
+
+@pytest.fixture(scope="module")
+def vllm_032(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("vllm-0.32")
+    proc = overlays.run("vllm-0.32", ["-m", "tests.engines.vllm_032_probe", str(out)])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def test_vllm_032_plans_match_the_installed_engine(vllm_032: Path) -> None:
+    facts = json.loads((vllm_032 / "modelopt.json").read_text())
+    assert (facts["vllm"], facts["recorder_engine"]) == ("0.32.0", "vllm-0.32")
+    assert json.loads((vllm_032 / "failed.json").read_text()) == {}
+    committed = {p.name: p.read_text() for p in (PLANS / "vllm-0.32").glob("*.json")}
+    fresh = {p.name: p.read_text() for p in (vllm_032 / "plans").glob("*.json")}
+    assert sorted(fresh) == sorted(committed) and len(committed) > 10
+    drifted = [name for name in committed if committed[name] != fresh[name]]
+    assert drifted == [], f"re-record: PYTHONPATH=.engines/vllm-0.32:.engines/triton-3.7.1 " \
+                          f".venv/bin/python scripts/record_plans.py ({drifted})"
+
+
+def _s8_exclude_modules(root: Path) -> Path:
+    """S8-nvfp4 with config.json's ModelOpt list spelled ``exclude_modules`` (the key
+    hf_quant_config.json uses) and no hf_quant_config.json."""
+    write_scenario("s8-nvfp4", root)
+    config = json.loads((root / "config.json").read_text())
+    block = config["quantization_config"]
+    block["exclude_modules"] = block.pop("ignore")
+    (root / "config.json").write_text(json.dumps(config))
+    (root / "hf_quant_config.json").unlink()
+    return root
+
+
+def test_modelopt_exclude_modules_in_config_json(vllm_032: Path, tmp_path: Path) -> None:
+    # vLLM 0.32's from_config reads config.json's ModelOpt list from "ignore" only ...
+    read = json.loads((vllm_032 / "modelopt.json").read_text())["exclude_modules"]
+    assert read == {"exclude_modules": [], "ignore": ["lm_head", "model.layers.0.self_attn*"]}
+    # ... vLLM 0.33's (this process) from "ignore", else "exclude_modules".
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+
+    block = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+             "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}
+    assert ModelOptNvFp4Config.from_config(block).exclude_modules == ["lm_head", "model.layers.0.self_attn*"]
+
+    ckpt = _s8_exclude_modules(tmp_path / "s8x")
+    by_engine = {e: Resolver.open(ckpt, engine=e) for e in ("vllm-0.33", "vllm-0.32")}
+    attn = {e: {r.prefix: r for r in res.routes() if ".self_attn." in r.prefix and r.prefix.endswith("_proj")}
+            for e, res in by_engine.items()}
+    assert attn["vllm-0.33"] and {str(r.verdict) for r in attn["vllm-0.33"].values()} == {"ok"}
+    assert {str(r.verdict) for r in attn["vllm-0.32"].values()} == {"misrouted"}
+    assert {r.vllm.method for r in attn["vllm-0.32"].values() if r.vllm} == {"ModelOptLinearMethod"}
+    assert all("vLLM 0.32" in r.reason for r in attn["vllm-0.32"].values())
+
+
+def test_rocm_mtp_ignore_entries_realigned_only_by_033(vllm_032: Path, tmp_path: Path) -> None:
+    # amd/mtp.py align_mtp_quant_config exists in 0.33 (this process), not in 0.32.
+    from vllm.models.deepseek_v4 import quant_config
+
+    assert hasattr(quant_config, "align_mtp_quant_config")
+    assert json.loads((vllm_032 / "modelopt.json").read_text())["align_mtp_quant_config"] is False
+
+    write_scenario("s1", tmp_path / "s1")
+    config = json.loads((tmp_path / "s1/config.json").read_text())
+    config["quantization_config"]["ignored_layers"] = ["mtp.0.e_proj"]
+    (tmp_path / "s1/config.json").write_text(json.dumps(config))
+    n = config["num_hidden_layers"]
+    built = {}
+    for engine in ("vllm-0.33", "vllm-0.32"):
+        res = Resolver.open(tmp_path / "s1", engine=engine, platform="rocm", draft_method="mtp")
+        route = next(r for r in res.routes() if r.prefix.endswith(f"layers.{n}.e_proj"))
+        built[engine] = (route.vllm.method if route.vllm else None, str(route.verdict))
+    # Stored FP8 block: 0.33 re-keys the exact entry onto the draft layer and builds it
+    # unquantized (misrouted); 0.32 leaves it on model.mtp.0.e_proj: FP8, the entry matches nothing.
+    assert built["vllm-0.33"] == ("UnquantizedLinearMethod", "misrouted")
+    assert built["vllm-0.32"] == ("Fp8LinearMethod", "unmatched pattern")
+
+
