@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from specguard.engine.demo import export_all, prompts_from_held_out, run_case
-from specguard.engine.policies import POLICIES
+from specguard.refdecoder.demo import export_all, prompts_from_held_out, run_case
+from specguard.refdecoder.policies import POLICIES
 
 
 def device_name(device: str) -> str:

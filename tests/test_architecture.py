@@ -23,7 +23,7 @@ LEVELS = {
     "engines": 5,
     "resolve": 6,
     "lint": 7, "repair": 7,
-    "engine": 8, "integrations": 8,
+    "refdecoder": 8, "integrations": 8,
     "commands": 9,
     "cli": 10,
     "__init__": 11,  # the public API re-exports every stage

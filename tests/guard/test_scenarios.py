@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specguard.engine.loader import (
+from specguard.refdecoder.loader import (
     ExpertConfig,
     ReferenceMoE,
     expert_prefix,

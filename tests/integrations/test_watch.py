@@ -450,8 +450,8 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
     global policies, through the functions demo.py itself calls."""
     import torch
 
-    from specguard.engine.demo import export_all, load_case, prompts_from_held_out
-    from specguard.engine.specdec import speculative_generate
+    from specguard.refdecoder.demo import export_all, load_case, prompts_from_held_out
+    from specguard.refdecoder.specdec import speculative_generate
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

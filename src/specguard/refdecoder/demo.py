@@ -30,9 +30,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from specguard.engine.corpus import held_out_sample
-from specguard.engine.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
-from specguard.engine.specdec import Runner, SpecStats, cache_size
+from specguard.refdecoder.corpus import held_out_sample
+from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
+from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
 from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
@@ -143,7 +143,7 @@ FIXED = "fixed, global"  # specguard fix's repaired checkpoint under the stock e
 
 def run_fixed(scenario: str, fixed: dict[str, ScenarioInfo], prompts: list[list[int]], new_tokens: int,
               k: int, device: str, tick: Callable[[], None] = lambda: None, guard: bool = True) -> PolicyResult:
-    """The repaired ``scenario`` (repair/demo.py) under the ``global`` policy, as its own row."""
+    """The repaired ``scenario`` (refdecoder/repaired.py) under the ``global`` policy, as its own row."""
     result = run_case(scenario, "global", fixed, prompts, new_tokens, k, device, tick, guard)
     result.policy = FIXED
     return result
@@ -371,7 +371,7 @@ def run_all(args: argparse.Namespace, scenarios: list[str], prompts: list[list[i
         infos = export_all(Path(tmp), scenarios)
         fixed: dict[str, ScenarioInfo] = {}
         if args.fixed:
-            from specguard.repair.demo import fixed_infos
+            from specguard.refdecoder.repaired import fixed_infos
 
             fixed = fixed_infos(infos, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from specguard.engine import demo
-from specguard.engine.demo import main
+from specguard.refdecoder import demo
+from specguard.refdecoder.demo import main
 from specguard.guard import GuardFinding, LoadReport
 from specguard.terminal import print_table
 from tests.test_terminal import in_terminal
