@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specguard.formats.scheme import BF16, MXFP4, NVFP4
 from specguard.refdecoder.loader import (
     ExpertConfig,
     RoutedExperts,
@@ -19,7 +20,6 @@ from specguard.refdecoder.loader import (
     read_tensors,
     resolver_routing,
 )
-from specguard.formats.scheme import BF16, MXFP4, NVFP4
 from tests.guard.guard_facts import draft_layer, draft_params
 
 E, H, INTER = 4, 64, 32

@@ -11,6 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from specguard.formats.scheme import MXFP4
+from specguard.guard import (
+    NEVER_WRITTEN,
+    PARTLY_WRITTEN,
+    LoadGuard,
+    UnloadedParametersError,
+)
 from specguard.refdecoder.loader import (
     ExpertConfig,
     ReferenceMoE,
@@ -18,13 +25,6 @@ from specguard.refdecoder.loader import (
     global_routing,
     load_checkpoint,
     read_tensors,
-)
-from specguard.formats.scheme import MXFP4
-from specguard.guard import (
-    NEVER_WRITTEN,
-    PARTLY_WRITTEN,
-    LoadGuard,
-    UnloadedParametersError,
 )
 from tests.guard.guard_facts import draft_params, never_loaded
 

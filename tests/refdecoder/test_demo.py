@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from specguard.guard import GuardFinding, LoadReport
 from specguard.refdecoder import demo
 from specguard.refdecoder.demo import main
-from specguard.guard import GuardFinding, LoadReport
 from specguard.terminal import print_table
 from tests.test_terminal import in_terminal
 

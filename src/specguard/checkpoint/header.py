@@ -260,6 +260,9 @@ def _check_layout(tensors: dict[str, TensorInfo], buffer: int, data_start: int, 
             what = "overlaps the previous tensor" if t.offsets[0] < pos else "leaves a hole before it"
             raise CheckpointError(f"{where} [{t.name}]", f"data_offsets {_rel(t, data_start)} {what}")
         pos = t.offsets[1]
+    if pos - data_start > buffer:
+        raise CheckpointError(where, f"truncated: tensors cover {pos - data_start} bytes but the data section "
+                                     f"holds only {buffer}")
     if pos - data_start != buffer:
         raise CheckpointError(
             where, f"tensors cover {pos - data_start} bytes but the data section holds {buffer}"

@@ -17,6 +17,7 @@ from specguard.repair.plan import Plan, describe, merged, open_resolvers
 from specguard.repair.verify import RepairFailed, verify
 from specguard.repair.write import Written, write_repair
 from specguard.resolve import Resolver
+from specguard.terminal import plural
 
 EXIT_OK = 0
 
@@ -126,12 +127,12 @@ def _print_written(w: Written) -> None:
         print(f"{w.path}: already holds this repair; left as it is")
         return
     links = len(w.linked) + len(w.symlinked)
-    kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
+    kind = "hard link" if not w.symlinked else ("symlink" if not w.linked else "link")
     if not w.written:
-        print(f"wrote {w.path}: unchanged, {links} {kind}")
+        print(f"wrote {w.path}: unchanged, {plural(links, kind)}")
         return
     added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
-    print(f"wrote {w.path}: {len(w.written)} new file(s), {links} {kind}{added}")
+    print(f"wrote {w.path}: {plural(len(w.written), 'new file')}, {plural(links, kind)}{added}")
     print(f"  new: {', '.join(sorted(w.written))}")
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import cast
 
 from rich.console import Console
 from rich.table import Table
 
 from specguard.commands.output import write_json
-from specguard.commands.sources import open_path
+from specguard.commands.sources import drafter_beside, open_path
 from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.errors import UsageError
 from specguard.formats.scheme import Scheme
@@ -30,6 +31,10 @@ def resolvers(args: argparse.Namespace) -> list[Resolver]:
                       draft_method=args.draft_method if not args.draft else None, platform=args.platform,
                       own_draft=False if args.draft else None)  # a separate drafter replaces the stored draft
     out = [target]
+    beside = None if args.draft else drafter_beside(args.source)
+    if beside is not None:  # else a pair checked half reads as clean
+        print(f"note: {beside} beside {args.source} looks like its separate drafter, which this run does not "
+              f"check: pass --draft {beside} to check them together", file=sys.stderr)
     if args.draft:
         out.append(Resolver(open_path(args.draft, revision=args.revision, remote=args.remote),
                             draft_method=args.draft_method or "dspark", target=target, platform=args.platform))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats import families as fam
-from specguard.formats.families import ratio as _ratio
 from specguard.formats import scheme as s
+from specguard.formats.families import ratio as _ratio
 from specguard.formats.modules import QUANT_PARAMS
 from specguard.formats.scheme import Scheme
 

@@ -79,3 +79,10 @@ def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
             run.leaves.append(leaf)
         run.items.append(item)
     return list(runs.values())
+
+
+def describe(names: Iterable[str], limit: int = 4) -> str:
+    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
+    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
+    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
+    return "; ".join(labels[:limit]) + more

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specguard.layouts.runs import group_runs
+from specguard.layouts.runs import describe as describe  # one definition; rules import it from here
 from specguard.resolve import Resolver, Route
 
 if TYPE_CHECKING:
@@ -65,8 +65,3 @@ class LintContext:
                 yield r, rt
 
 
-def describe(names: Iterable[str], limit: int = 4) -> str:
-    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
-    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
-    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
-    return "; ".join(labels[:limit]) + more

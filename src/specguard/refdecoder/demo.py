@@ -30,13 +30,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from specguard.refdecoder.corpus import held_out_sample
-from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
-from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
 from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
-from specguard.terminal import console, escape, print_table
+from specguard.refdecoder.corpus import held_out_sample
+from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
+from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
+from specguard.terminal import console, escape, percent, plural, print_table
 from specguard.usage import EXIT_INTERRUPTED, ArgumentParser, fail
 
 DEMO_SCENARIOS = {
@@ -151,10 +151,6 @@ def run_fixed(scenario: str, fixed: dict[str, ScenarioInfo], prompts: list[list[
 
 # ----------------------------------------------------------------------------- output
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
 def result_rows(results: list[PolicyResult]) -> list[list[str]]:
     rows = []
     for r in results:
@@ -162,7 +158,7 @@ def result_rows(results: list[PolicyResult]) -> list[list[str]]:
             rows.append([r.policy, "load fails", "-", "-", "-", "-", "-", "-"])
             continue
         per_pos = "/".join(f"{100 * p:.0f}" for p in r.stats.per_position_rate)
-        rows.append([r.policy, _pct(r.stats.acceptance_rate), per_pos, f"{r.stats.mean_acceptance_length:.2f}",
+        rows.append([r.policy, percent(r.stats.acceptance_rate), per_pos, f"{r.stats.mean_acceptance_length:.2f}",
                      f"{r.spec_tokens_per_s:.1f}", f"{r.plain_tokens_per_s:.1f}", f"{r.speedup:.2f}x",
                      "yes" if r.identical else "NO"])
     return rows
@@ -188,7 +184,7 @@ def results_table(scenario: str, results: list[PolicyResult]) -> Table:
 
 
 def print_intro(out: Console, prompts: int, new_tokens: int, k: int, device: str) -> None:
-    out.print(f"Greedy decoding of {prompts} held-out prompts x {new_tokens} tokens, "
+    out.print(f"Greedy decoding of {plural(prompts, 'held-out prompt')} x {new_tokens} tokens, "
               f"k = {k} draft tokens, device {escape(device)}.")
     for word, meaning in LEGEND:
         out.print(f"  {word:<10} {meaning}")

@@ -42,6 +42,9 @@ import torch
 
 from specguard.codecs import LAYOUTS as CODEC_LAYOUTS
 from specguard.codecs import torch_backend as tcodecs
+from specguard.factory import ScenarioInfo, Sizes, write_scenario
+from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
+from specguard.guard import LoadGuard, LoadReport
 from specguard.refdecoder import loader as ld
 from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
 from specguard.refdecoder.specdec import Drafter, DSparkDraft, MTPDrafter
@@ -52,9 +55,6 @@ from specguard.refdecoder.weights import (
     packaged_weights,
     read_bf16_safetensors,
 )
-from specguard.factory import ScenarioInfo, Sizes, write_scenario
-from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
-from specguard.guard import LoadGuard, LoadReport
 from specguard.resolve import Resolver, Route
 
 POLICIES = ("resolver", "global", "bf16")

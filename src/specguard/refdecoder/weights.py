@@ -20,6 +20,7 @@ from specguard.checkpoint.header import read_header
 from specguard.checkpoint.writer import save_file
 from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
 
+
 def packaged_weights(name: str = "model.safetensors") -> Path:
     """Path of a trained file shipped in ``specguard/data/refdecoder/``."""
     return Path(str(resources.files("specguard") / "data" / "refdecoder" / name))

@@ -12,7 +12,7 @@ Nothing is written here: ``repair.write`` turns the plan into a directory.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.engines.vllm.v0_33 import PLATFORMS
 from specguard.layouts.registry import text_config
-from specguard.layouts.runs import group_runs
+from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
 from specguard.resolve import OK, Resolver, Route
 
 ALL = "all"
@@ -29,13 +29,6 @@ TARGET, DRAFTER = "target", "drafter"
 
 class Unrepairable(CheckpointError):
     """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
-
-
-def describe(names: Iterable[str], limit: int = 4) -> str:
-    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``."""
-    labels = [run.label() for run in group_runs((n, None, n) for n in names)]
-    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
-    return "; ".join(labels[:limit]) + more
 
 
 def platforms_for(choice: str) -> tuple[str, ...]:
