@@ -33,7 +33,7 @@ from rich.table import Table
 from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
-from specguard.refdecoder.corpus import held_out_sample
+from specguard.refdecoder.corpus import held_out_sample, prompts_sha256
 from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
 from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
 from specguard.terminal import console, escape, percent, plural, print_table
@@ -67,7 +67,7 @@ class PolicyResult:
 
 def prompts_from_held_out(n: int, length: int = 64, corpus: Path | None = None) -> list[list[int]]:
     """``n`` prompts of ``length`` bytes starting at evenly spaced line starts of held-out text
-    (of ``corpus``, default: this Python's standard library)."""
+    (the shipped split; ``corpus``: that of a standard-library copy)."""
     text = held_out_sample(corpus, max_bytes=512 * 1024)
     step = max(1, (len(text) - length) // max(1, n))
     out = []
@@ -183,9 +183,9 @@ def results_table(scenario: str, results: list[PolicyResult]) -> Table:
     return table
 
 
-def print_intro(out: Console, prompts: int, new_tokens: int, k: int, device: str) -> None:
-    out.print(f"Greedy decoding of {plural(prompts, 'held-out prompt')} x {new_tokens} tokens, "
-              f"k = {k} draft tokens, device {escape(device)}.")
+def print_intro(out: Console, prompts: list[list[int]], new_tokens: int, k: int, device: str) -> None:
+    out.print(f"Greedy decoding of {plural(len(prompts), 'held-out prompt')} (sha256 {prompts_sha256(prompts)}) "
+              f"x {new_tokens} tokens, k = {k} draft tokens, device {escape(device)}.")
     for word, meaning in LEGEND:
         out.print(f"  {word:<10} {meaning}")
 
@@ -406,13 +406,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:  # checked before the run; the disk may still fill up or vanish
             return fail(PROG, f"--plot {args.plot}: {exc.strerror or exc}")
     if args.json:
-        settings = {"prompts": len(prompts), "new_tokens": args.new_tokens, "k": args.k,
-                    "device": args.device, "threads": args.threads, "guard": not args.no_guard,
-                    "seconds": round(time.perf_counter() - t0, 1)}
+        settings = {"prompts": len(prompts), "prompts_sha256": prompts_sha256(prompts),
+                    "new_tokens": args.new_tokens, "k": args.k, "device": args.device, "threads": args.threads,
+                    "guard": not args.no_guard, "seconds": round(time.perf_counter() - t0, 1)}
         write_json(results, settings)
         return 0
     out = console()
-    print_intro(out, len(prompts), args.new_tokens, args.k, args.device)
+    print_intro(out, prompts, args.new_tokens, args.k, args.device)
     for scenario in scenarios:
         print_results(out, scenario, [r for r in results if r.scenario == scenario])
     if args.plot is not None:
