@@ -46,6 +46,7 @@ def repeated_share(tokens: list[int], width: int = 16) -> float:
     return repeats / n if n else 0.0
 
 
+@torch.no_grad()
 def weight_error(fp4: torch.nn.Module, bf16: torch.nn.Module) -> float:
     """Largest ||fp4 - bf16|| / ||bf16|| over the drafter's 2-D weights."""
     ref = dict(bf16.named_parameters())

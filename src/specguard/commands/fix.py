@@ -15,7 +15,7 @@ from specguard.repair import make_plan, platforms_for
 from specguard.repair.diff import config_diff, hf_overrides
 from specguard.repair.plan import Plan, describe, merged, open_resolvers
 from specguard.repair.verify import RepairFailed, verify
-from specguard.repair.write import Written, write_repair
+from specguard.repair.write import Written, check_out, write_repair
 from specguard.resolve import Resolver
 from specguard.terminal import plural
 
@@ -50,9 +50,11 @@ def run_fix(args: argparse.Namespace) -> int:
                              "fix repairs routing only (`specguard lint` says what to change)")
         print(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
         return EXIT_OK
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_out(plan, out)  # a bad --out is refused before the plan is printed
     _print_problems(plan)
     _print_changes(plan)
-    out = Path(args.out) if args.out else None
     if args.diff:
         _print_diff(plan, out)
         if out is None:
