@@ -15,7 +15,8 @@ from rich.console import Console
 
 from specguard.guard import GuardFinding, LoadReport
 from specguard.refdecoder import demo
-from specguard.refdecoder.demo import main
+from specguard.refdecoder.corpus import prompts_sha256
+from specguard.refdecoder.demo import main, prompts_from_held_out
 from specguard.terminal import print_table
 from tests.test_terminal import in_terminal
 
@@ -57,6 +58,7 @@ def test_demo_json_has_every_field_per_scenario_and_policy(capsys: pytest.Captur
     assert main(["--scenario", "s2", "--json", *SMALL]) == 0
     doc = json.loads(capsys.readouterr().out)  # stdout is the JSON and nothing else
     assert doc["schema"] == 1 and doc["settings"]["new_tokens"] == 8 and set(doc["scenarios"]) == {"s2"}
+    assert doc["settings"]["prompts_sha256"] == prompts_sha256(prompts_from_held_out(1))  # which text was measured
     fields = {"scenario", "policy", "load_error", "acceptance", "per_position_acceptance",
               "mean_acceptance_length", "tokens_per_s", "no_spec_tokens_per_s", "speedup", "identical",
               "drafts", "draft_tokens", "accepted_tokens", "expert_routes", "guard"}
