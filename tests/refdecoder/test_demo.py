@@ -145,3 +145,15 @@ def test_an_unwritable_plot_path_fails_before_the_run(
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and captured.err.startswith("specguard demo: error: --plot ")
     assert message in captured.err, captured.err
+
+
+def test_the_plot_has_the_fixed_row_where_it_ran(tmp_path: Path) -> None:
+    from specguard.refdecoder.specdec import SpecStats
+
+    stats = SpecStats(3, num_drafts=2, num_draft_tokens=6, num_accepted_tokens=4, accepted_per_pos=[2, 1, 1])
+    results = [demo.PolicyResult("s1", policy, stats, 1.0, 2.0, True)
+               for policy in (*demo.POLICIES, demo.FIXED)]
+    png = tmp_path / "plot.png"
+    assert demo.plot(results, png, 3) == [*demo.POLICIES, demo.FIXED]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert demo.plot(results[:3], png, 3) == list(demo.POLICIES)

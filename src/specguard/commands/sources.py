@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -49,9 +50,18 @@ def open_path(source: str | None, *, revision: str | None = None, remote: bool =
     if source is None:
         from specguard.factory import sample_checkpoint
 
-        source = str(sample_checkpoint())
+        sample = sample_checkpoint()
+        with _progress_bar("reading headers") as update:
+            ckpt = open_checkpoint(sample, progress=update)
+        return replace(ckpt, name=_home_relative(sample))  # as the README shows it, on every machine
     with _progress_bar("reading headers") as update:
         return open_checkpoint(source, revision=revision, remote=remote, progress=update)
+
+
+def _home_relative(path: Path) -> str:
+    """``~/.cache/specguard/...`` for a path under the home directory, else the path."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
 
 
 def drafter_beside(source: str | None) -> Path | None:

@@ -240,18 +240,20 @@ def write_json(results: list[PolicyResult], settings: dict[str, Any], file: IO[s
     out.write("\n]}\n")
 
 
-def plot(results: list[PolicyResult], path: Path, k: int) -> None:
-    """PNG of per-position acceptance per policy (one panel per scenario)."""
+def plot(results: list[PolicyResult], path: Path, k: int) -> list[str]:
+    """PNG of per-position acceptance per policy (one panel per scenario); returns the
+    policies drawn, the ``--fixed`` row included where it ran."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     scenarios = list(dict.fromkeys(r.scenario for r in results))
+    policies = [*POLICIES, *([FIXED] if any(r.policy == FIXED for r in results) else [])]  # --fixed: its row too
     fig, axes = plt.subplots(1, len(scenarios), figsize=(4.5 * len(scenarios), 3.6), squeeze=False)
-    width = 0.8 / len(POLICIES)
+    width = 0.8 / len(policies)
     for ax, scenario in zip(axes[0], scenarios, strict=True):
-        for i, policy in enumerate(POLICIES):
+        for i, policy in enumerate(policies):
             r = next((x for x in results if x.scenario == scenario and x.policy == policy), None)
             rates = r.stats.per_position_rate if r and r.stats else [0.0] * k
             label = policy + (" (load fails)" if r and r.error else "")
@@ -260,7 +262,7 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
             for x, rate in zip(xs, rates, strict=True):
                 if r and r.stats and rate < 0.01:  # make a collapsed drafter visible
                     ax.text(x, 1, "0", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks([p + width for p in range(k)], [f"pos {p}" for p in range(k)])
+        ax.set_xticks([p + width * (len(policies) - 1) / 2 for p in range(k)], [f"pos {p}" for p in range(k)])
         ax.set_ylim(0, 100)
         ax.set_ylabel("accepted / drafts (%)")
         ax.set_title(scenario.upper())
@@ -268,6 +270,7 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return policies
 
 
 # ----------------------------------------------------------------------------- CLI
