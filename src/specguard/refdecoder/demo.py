@@ -184,8 +184,8 @@ def results_table(scenario: str, results: list[PolicyResult]) -> Table:
 
 
 def print_intro(out: Console, prompts: list[list[int]], new_tokens: int, k: int, device: str) -> None:
-    out.print(f"Greedy decoding of {plural(len(prompts), 'held-out prompt')} (sha256 {prompts_sha256(prompts)}) "
-              f"x {new_tokens} tokens, k = {k} draft tokens, device {escape(device)}.")
+    out.print(f"Greedy decoding of {plural(len(prompts), 'held-out prompt')} x {new_tokens} tokens, "
+              f"k = {k} draft tokens, device {escape(device)}.")
     for word, meaning in LEGEND:
         out.print(f"  {word:<10} {meaning}")
 
