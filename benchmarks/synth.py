@@ -50,13 +50,13 @@ def tensor_list(n_tensors: int, layers: int = 43, draft_layers: int = 1) -> list
     return tensors
 
 
-def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64) -> Path:
-    """Write the checkpoint under ``root`` (reused when already there)."""
+def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64, layers: int = 43) -> Path:
+    """Write the checkpoint under ``root`` (reused when already there); ``layers`` main layers and one MTP layer."""
     marker = root / ".complete-v2"
     if marker.exists():
         return root
     root.mkdir(parents=True, exist_ok=True)
-    tensors = tensor_list(n_tensors)
+    tensors = tensor_list(n_tensors, layers)
     per = -(-len(tensors) // shards)
     weight_map = {}
     for s in range(shards):
@@ -77,7 +77,7 @@ def write_sparse(root: Path, n_tensors: int = 100_000, shards: int = 64) -> Path
             f.truncate(8 + len(raw) + offset)  # a hole, not data
             _plausible_scales(f, 8 + len(raw), header)
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (root / "config.json").write_text(json.dumps(_config(n_tensors)))
+    (root / "config.json").write_text(json.dumps(_config(n_tensors, layers)))
     marker.touch()
     return root
 
@@ -105,9 +105,9 @@ def _plausible_scales(f, data_start: int, header: dict) -> None:
         f.write(data)
 
 
-def _config(n_tensors: int) -> dict:
+def _config(n_tensors: int, layers: int = 43) -> dict:
     return {
-        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "num_hidden_layers": 43,
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "num_hidden_layers": layers,
         "num_nextn_predict_layers": 1, "expert_dtype": "fp4",
         "quantization_config": {
             "quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "weight_block_size": [128, 128],

@@ -5,6 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '[test.sh %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+# Debian's chromium for the report's browser tests (tests/report/): installed in the
+# background while pip works, when missing and when we may (root, as in CI).
+chromium_log="$(mktemp)"
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  step "installing chromium (Debian package) in the background"
+  ( apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium ) \
+    >"$chromium_log" 2>&1 &
+  chromium_pid=$!
+fi
 step "creating .venv"
 python3 -m venv .venv
 PIP=".venv/bin/pip"
@@ -19,5 +28,9 @@ step "ruff"
 .venv/bin/ruff check src tests benchmarks
 step "mypy"
 .venv/bin/mypy src
+if [ -n "${chromium_pid:-}" ]; then
+  step "waiting for chromium"
+  wait "$chromium_pid" || { cat "$chromium_log"; echo "chromium install failed" >&2; exit 1; }
+fi
 step "pytest"
 exec .venv/bin/python -m pytest -q "$@"

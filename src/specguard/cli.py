@@ -64,6 +64,12 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     return run_fix(args)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from specguard.commands.report import run_report
+
+    return run_report(args)
+
+
 def _cmd_watch(args: argparse.Namespace) -> int:
     from specguard.commands.watch import run_watch
 
@@ -165,6 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vLLM platform classes the repair must route right on (default: all)")
     p.add_argument("--diff", action="store_true", help="print the config change (and a --hf-overrides JSON)")
     p.set_defaults(func=_cmd_fix)
+
+    p = _command(sub, "report", "one self-contained HTML page: summary, module map, findings, repair",
+                 "", description="Write one self-contained HTML page (no network, no external files) that "
+                 "shows the checkpoint at a glance: verdict per engine, lint's exit code, bytes per stored "
+                 "format, a module map coloured by stored format with misrouted cells marked, the findings "
+                 "with their rule pages, and the config change `specguard fix` would write.")
+    _source_args(p)
+    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default: specguard-report.html)")
+    p.add_argument("--fail-on", choices=[*Severity, "never"], default="warning",
+                   help="the lint threshold whose exit code the summary states (default: warning)")
+    p.set_defaults(func=_cmd_report)
 
     p = _command(sub, "watch", "speculative-decoding health of a running vLLM server, from its /metrics",
                  "--once: a model alerts (0: healthy or too idle to judge; 2 also: the server cannot be watched)")

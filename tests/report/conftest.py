@@ -1,0 +1,19 @@
+"""The report's browser: Debian's chromium, which scripts/test.sh installs when missing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.report.browser import Browser, chromium
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: scripts/test.sh installs it (apt-get install chromium)")
+        pytest.skip("no chromium on PATH (scripts/test.sh installs it)")
+    with Browser() as b:
+        yield b
