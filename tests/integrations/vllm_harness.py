@@ -91,11 +91,11 @@ def cpu_kernel_checks_off() -> Iterator[None]:
 
     vLLM picks a kernel backend while constructing a quant method or creating
     its weights; on this machine no backend qualifies, so construction would
-    fail before any routing can be observed. These three checks answer only
+    fail before any routing can be observed. These four checks answer only
     "can this device run the kernel"; no kernel is ever called by the tests.
     """
     from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
-    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsInt4, CPUExpertsMxfp4
     from vllm.model_executor.layers.fused_moe.experts.nvfp4_emulation_moe import (
         Nvfp4QuantizationEmulationTritonExperts,
     )
@@ -103,11 +103,13 @@ def cpu_kernel_checks_off() -> Iterator[None]:
     saved = [
         (Nvfp4QuantizationEmulationTritonExperts, "_supports_current_device"),
         (CPUExpertsMxfp4, "_supports_current_device"),
+        (CPUExpertsInt4, "_supports_current_device"),  # needs AMX: Intel Xeons have it, AMD EPYCs not
         (CPUFp8BlockScaledMMKernel, "is_supported"),
     ]
     originals = [(cls, name, cls.__dict__.get(name)) for cls, name in saved]
     Nvfp4QuantizationEmulationTritonExperts._supports_current_device = staticmethod(lambda: True)
     CPUExpertsMxfp4._supports_current_device = staticmethod(lambda: True)
+    CPUExpertsInt4._supports_current_device = staticmethod(lambda: True)
     CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, cc=None: (True, None))
     try:
         yield

@@ -18,6 +18,7 @@ EXPECTED = {
     "s4": {"SG201", "SG202"},
     "s5": {"SG101", "SG202"},
     "s6": set(),
+    "s6-bf16": {"SG203"},  # Fp8Config builds the BF16 draft FP8 (tests/integrations/test_vllm_fp8_plugin.py)
     "s7": {"SG301"},
     "s8": set(),
     "s8-nvfp4": set(),

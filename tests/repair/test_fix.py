@@ -19,7 +19,7 @@ from specguard.repair import shards
 from tests.repair.conftest import fix
 
 PLATFORMS = ("cuda", "rocm", "cpu")
-BROKEN = {"s1", "s1-dspark", "s1-u8", "s2", "s4", "s7", "q1", "q1-listed", "q2", "q3", "q4-fc"}
+BROKEN = {"s1", "s1-dspark", "s1-u8", "s2", "s4", "s6-bf16", "s7", "q1", "q1-listed", "q2", "q3", "q4-fc"}
 CLEAN = {"s3", "s3-fp8", "s6", "s8", "s8-nvfp4", "q0", "q0-ct", "q1-dense"}
 UNREPAIRABLE = {"s5", "q4"}
 

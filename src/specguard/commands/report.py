@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from specguard._version import __version__
 from specguard.commands.route import resolvers as open_resolvers
@@ -225,12 +224,12 @@ def build_report(views: Sequence[EngineView], *, fix: dict, fail_on: str = "warn
     used = [c for c, _ in COLUMNS if any(c in cells for cells in rows.values())]
     cells: list[dict] = []
     grid = []
-    for row in sorted(rows):
-        line: dict[str, Any] = {"label": row[2], "group": ("main", "draft", "outside")[row[0]], "cells": {}}
-        for col, members in rows[row].items():
-            line["cells"][col] = len(cells)
+    for row_key in sorted(rows):
+        where: dict[str, int] = {}
+        for col, members in rows[row_key].items():
+            where[col] = len(cells)
             cells.append(_cell(members, routes, len(views)))
-        grid.append(line)
+        grid.append({"label": row_key[2], "group": ("main", "draft", "outside")[row_key[0]], "cells": where})
     return {
         "schema": REPORT_SCHEMA,
         "specguard": __version__,

@@ -129,6 +129,13 @@ def v3_fp8(m: ModuleSpec) -> Storage:
     return FP8_V3 if m.kind in (*FP8_LINEAR_KINDS, EXPERT) else PLAIN_BF16
 
 
+def v3_fp8_bf16_mtp(m: ModuleSpec) -> Storage:
+    """DeepSeek-V3 FP8 as a quantizer that converts the main stack only writes it: the MTP
+    layer stays BF16 while ``quant_method: fp8`` names no exclusion for it (the shape of
+    published GLM-4.x / Qwen3-Next FP8 exports whose draft was left out)."""
+    return PLAIN_BF16 if m.role == DRAFT else v3_fp8(m)
+
+
 def modelopt_nvfp4_mlp(m: ModuleSpec) -> Storage:
     """ModelOpt NVFP4 of every MLP/expert linear, main and MTP alike; attention,
     eh_proj and heads excluded (BF16)."""
@@ -436,6 +443,9 @@ def _scenarios() -> dict[str, Scenario]:
     s6 = Recipe(DSV3, v3_fp8, lambda s: v3_config(s, nextn=1, quant={
         "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
         "weight_block_size": [128, 128]}))
+    s6_bf16 = Recipe(DSV3, v3_fp8_bf16_mtp, lambda s: v3_config(s, nextn=1, quant={
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128]}))
     s7 = Recipe(DSV4, nvfp4_conversion(MXFP4_DS),
                 lambda s: v4_config(s, nextn=1, quant=_s1_quant(ignored=False)), draft_layers=0)
     s8 = Recipe(DSV4, all_bf16, lambda s: v4_config(s, nextn=1, expert_dtype=None))
@@ -486,6 +496,8 @@ def _scenarios() -> dict[str, Scenario]:
                  s5, facts=mtp1),
         Scenario("s6", "DeepSeek-V3 FP8 block (weight_scale_inv) with MTP at layer N",
                  s6, facts=mtp1),
+        Scenario("s6-bf16", "S6 whose MTP layer was left BF16, quant_method fp8 excluding nothing",
+                 s6_bf16, facts=mtp1),
         Scenario("s7", "config declares one MTP layer, the checkpoint holds none",
                  s7, facts={"draft_kind": MTP, "draft_layers_declared": 1,
                             "draft_layers_stored": 0}),

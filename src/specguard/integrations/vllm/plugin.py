@@ -6,7 +6,13 @@ What is patched (each when vLLM imports the module, see ``hooks``):
   XPU registry) and ``vllm.models.deepseek_v41`` (CUDA/ROCm registry), plus
   V4.1's ``_is_nvfp4_expert_layer``; ``CompressedTensorsConfig.get_quant_method``
   (llm-compressor checkpoints whose draft tower is BF16); ``AutoGPTQConfig.get_quant_method``
-  (GPTQ checkpoints whose ``dynamic`` rules claim a BF16 drafter quantized).
+  (GPTQ checkpoints whose ``dynamic`` rules claim a BF16 drafter quantized);
+  ``Fp8Config.get_quant_method`` (FP8 exports whose draft was left BF16: DeepSeek-V3,
+  Qwen3-Next, MiMo, GLM FP8) and ModelOpt's ``ModelOptQuantConfigBase`` /
+  ``ModelOptMixedPrecisionConfig`` ``get_quant_method`` (NVFP4/FP8/MXFP8 exports, GLM-4.7);
+  ``Mxfp4Config.get_quant_method`` (gpt-oss-style MXFP4 checkpoints).
+  A subclass with its own ``get_quant_method`` that calls ``super()`` (DeepSeek-V4's FP8
+  config) asks the parent's unpatched rules: routing happens once, at the outermost call.
 * ``VllmConfig._get_quantization_config``: tags each quant config with the
   checkpoint it was built from, so a separate drafter routes by its own disk.
 * ``BaseModelLoader.load_model`` / ``DefaultModelLoader.load_weights``: the
@@ -46,6 +52,9 @@ V4_QUANT = "vllm.models.deepseek_v4.quant_config"
 V41_QUANT = "vllm.models.deepseek_v41.quant_config"
 CT_QUANT = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"
 GPTQ_QUANT = "vllm.model_executor.layers.quantization.auto_gptq"
+FP8_QUANT = "vllm.model_executor.layers.quantization.fp8"
+MODELOPT_QUANT = "vllm.model_executor.layers.quantization.modelopt"
+MXFP4_QUANT = "vllm.model_executor.layers.quantization.mxfp4"
 VLLM_CONFIG = "vllm.config.vllm"
 BASE_LOADER = "vllm.model_executor.model_loader.base_loader"
 DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
@@ -118,7 +127,9 @@ def _safe(name: str, patch: Callable[[ModuleType], None]) -> Callable[[ModuleTyp
             patch(module)
         except Exception as exc:
             _patches.undo(keep)
-            safety.warn_once(f"patching {name}", exc)
+            # A dependency of specguard's own that will not import fails every patch alike: say it once.
+            what = "importing specguard's routing" if isinstance(exc, ImportError) else f"patching {name}"
+            safety.warn_once(what, exc)
 
     return run
 
@@ -175,6 +186,22 @@ def _patch_auto_gptq(module: ModuleType) -> None:
     cls = module.AutoGPTQConfig
     if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
         _log_routing(cls)
+
+
+def _patch_classes(*names: str) -> Callable[[ModuleType], None]:
+    """A patch routing ``get_quant_method`` of each named class of a quant-config module by the disk."""
+
+    def patch(module: ModuleType) -> None:
+        from specguard.integrations.vllm import routing
+
+        for name in names:
+            cls = getattr(module, name)
+            if "get_quant_method" not in cls.__dict__:
+                continue  # inherits it: patched on the class that defines it
+            if _patches.replace(cls, "get_quant_method", routing.wrap_get_quant_method):
+                _log_routing(cls)
+
+    return patch
 
 
 def _log_routing(cls: type) -> None:
@@ -236,6 +263,9 @@ _HOOKS: dict[str, Callable[[ModuleType], None]] = {
     V41_QUANT: _patch_v41,
     CT_QUANT: _patch_compressed_tensors,
     GPTQ_QUANT: _patch_auto_gptq,
+    FP8_QUANT: _patch_classes("Fp8Config"),
+    MODELOPT_QUANT: _patch_classes("ModelOptQuantConfigBase", "ModelOptMixedPrecisionConfig"),
+    MXFP4_QUANT: _patch_classes("Mxfp4Config"),
     VLLM_CONFIG: _patch_vllm_config,
     BASE_LOADER: _patch_base_loader,
     DEFAULT_LOADER: _patch_default_loader,
