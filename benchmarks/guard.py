@@ -46,8 +46,8 @@ import torch
 from torch import nn
 
 from specguard.checkpoint.writer import save_file, save_index
-from specguard.engine.loader import ExpertConfig, ReferenceMoE, fixed_routing, read_tensors
 from specguard.guard import LoadGuard
+from specguard.refdecoder.loader import ExpertConfig, ReferenceMoE, fixed_routing, read_tensors
 
 H, INTER, LAYERS, DENSE = 4096, 2048, 3, 4
 

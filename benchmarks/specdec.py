@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-from specguard.engine.demo import export_all, prompts_from_held_out, run_case
-from specguard.engine.policies import POLICIES
+from specguard.refdecoder.corpus import prompts_sha256
+from specguard.refdecoder.demo import export_all, prompts_from_held_out, run_case
+from specguard.refdecoder.policies import POLICIES
 
 
 def device_name(device: str) -> str:
@@ -40,14 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="CPU torch threads")
-    p.add_argument("--corpus", type=Path, help="stdlib copy to cut prompts from (default: this Python's)")
+    p.add_argument("--corpus", type=Path,
+                   help="standard-library copy to cut prompts from (default: the held-out split shipped "
+                        "with the weights, the same on every machine)")
     args = p.parse_args(argv)
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     scenarios = args.scenario or ["s1", "s4"]
     torch.set_num_threads(args.threads)
     prompts = prompts_from_held_out(args.prompts, corpus=args.corpus)
-    print(f"specdec benchmark: {len(prompts)} held-out prompts x {args.new_tokens} new tokens, "
-          f"k = {args.k}, greedy; torch {torch.__version__}, Python {platform.python_version()}")
+    print(f"specdec benchmark: {len(prompts)} held-out prompts (sha256 {prompts_sha256(prompts)}) x "
+          f"{args.new_tokens} new tokens, k = {args.k}, greedy; torch {torch.__version__}, "
+          f"Python {platform.python_version()}")
     print("speedup = tokens/s with speculation / tokens/s of plain greedy decoding of the same model "
           "(the yardstick, same run); verification = one batched forward of k+1 positions on a KV cache")
     header = (f"{'device':<6} {'scen':<4} {'policy':<8} {'accept':>7} {'per pos %':>12} {'mean len':>8} "

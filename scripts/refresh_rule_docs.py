@@ -3,8 +3,7 @@
 Usage: .venv/bin/python scripts/refresh_rule_docs.py [--check] [CODE ...]
 
 The example checkpoints are built exactly as tests/lint/test_docs.py builds them
-(its ``example_builder``, ``VARIANTS`` and ``lint_transcript`` are imported, not
-copied): every factory scenario written with its default seed, the producer
+(both import scripts/rule_examples.py): every factory scenario written with its default seed, the producer
 checkpoints under tests/data/producers, and the corrupted copies. Each command's
 old output lines are replaced by what lint prints today (one line per finding,
 fix and summary: rich's 200-column wrapping is undone); the prose around them
@@ -23,11 +22,14 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.lint.test_docs is imported from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # rule_examples beside this script
 
-from specguard.factory import SCENARIOS, write_scenario  # noqa: E402
-from tests.lint.test_docs import COMMAND, DOCS, example_builder, lint_transcript  # noqa: E402
+from rule_examples import COMMAND, REPO, example_builder, lint_transcript
+
+from specguard.factory import SCENARIOS, write_scenario
+from specguard.lint.registry import docs_dir
+
+DOCS = docs_dir()
 
 Run = Callable[[str, str], str]  # (checkpoint name, --select) -> transcript
 

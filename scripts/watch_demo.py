@@ -38,8 +38,8 @@ def main() -> int:
     import torch
     from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
-    from specguard.engine.demo import export_all, load_case, prompts_from_held_out
-    from specguard.engine.specdec import speculative_generate
+    from specguard.refdecoder.demo import export_all, load_case, prompts_from_held_out
+    from specguard.refdecoder.specdec import speculative_generate
     from tests.integrations.watch_server import MetricsServer, VllmMetrics, vllm_config
 
     torch.set_num_threads(1)

@@ -49,3 +49,21 @@ def test_usage_errors_are_one_line_with_the_command_as_prefix(argv, prefix, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(prefix) and err.count("\n") == 1, err
+
+
+def test_dir_and_help_show_the_lazy_api_and_no_plumbing():
+    import pydoc
+
+    names = dir(specguard)
+    assert {"Resolver", "Route", "LoadGuard", "open_checkpoint", "lint_resolvers"} <= set(names)
+    assert not {"Any", "TYPE_CHECKING", "import_module"} & set(names)
+    page = pydoc.render_doc(specguard, renderer=pydoc.plaintext)
+    for name in ("Resolver", "Route", "LoadGuard", "open_checkpoint", "lint_resolvers"):
+        assert name in page, name
+    for plumbing in ("TYPE_CHECKING", "import_module", "typing.Any"):
+        assert plumbing not in page, plumbing
+
+
+def test_every_public_name_is_documented_in_the_package_docstring():
+    doc = specguard.__doc__ or ""
+    assert all(f"``{name}``" in doc for name in specguard.__all__)

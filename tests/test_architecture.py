@@ -24,7 +24,7 @@ LEVELS = {
     "resolve": 6,
     "repair": 7,
     "lint": 8,  # a finding's fix is what the repair planner plans (lint/fixes.py)
-    "engine": 9, "integrations": 9,
+    "refdecoder": 9, "integrations": 9,
     "commands": 10,
     "cli": 11,
     "__main__": 12,  # the console script: cli.main behind a Ctrl-C handler for its imports
@@ -120,3 +120,57 @@ def test_every_cited_doc_is_in_the_repository():
     missing = [f"{path.relative_to(ROOT)} cites {doc}" for path, doc in _cited_docs()
                if not any((base / doc).is_file() for base in (path.parent, ROOT, ROOT / "docs"))]
     assert not missing, "\n".join(missing)
+
+
+# ------------------------------------------------------- names a newcomer reads
+
+
+def test_no_two_stages_differ_by_a_plural():
+    """``engine/`` beside ``engines/`` was read as one thing (the reference decoder is refdecoder/)."""
+    stages = {_stage(p) for p in SRC.rglob("*.py")}
+    assert not [s for s in stages if f"{s}s" in stages]
+
+
+def test_no_module_is_named_for_what_is_left_over():
+    vague = {"others", "misc", "etc", "stuff"}
+    assert not [p.relative_to(ROOT) for p in SRC.rglob("*.py") if p.stem in vague]
+
+
+def test_one_safetensors_header_reader_and_writer():
+    """The 8-byte header length is packed in checkpoint/writer.py and read in checkpoint/header.py only."""
+    allowed = {SRC / "checkpoint" / "writer.py", SRC / "checkpoint" / "header.py"}
+    found = [p.relative_to(ROOT) for p in SRC.rglob("*.py") if '"<Q"' in p.read_text() and p not in allowed]
+    assert not found
+
+
+def test_no_function_is_written_twice():
+    """Two top-level functions with one name and one body are one function (``_ratio`` was written twice)."""
+    seen: dict[tuple[str, str], Path] = {}
+    twice = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                key = (node.name, ast.dump(ast.Module(body=node.body, type_ignores=[])))
+                if key in seen:
+                    twice.append(f"{node.name}: {seen[key].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+                seen.setdefault(key, path)
+    assert not twice, "\n".join(twice)
+
+
+# The vLLM harness (a real vLLM stood up on CPU) and its /metrics server are test
+# fixtures two scripts drive on purpose (scripts/watch_demo.py, producers/vllm_expectations.py).
+HARNESS = {"tests.integrations", "tests.integrations.watch_server"}
+
+
+def test_scripts_and_benchmarks_do_not_import_the_tests():
+    """tests/ is not a library: what a script shares with a test lives in the package or in scripts/
+    (scripts/rule_examples.py for the rule pages)."""
+    found = []
+    for folder in ("scripts", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                mod = node.module if isinstance(node, ast.ImportFrom) else None
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [mod or ""]
+                found += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                          if (n == "tests" or n.startswith("tests.")) and n not in HARNESS]
+    assert not found, "\n".join(found)

@@ -187,3 +187,41 @@ def test_a_reader_that_stops_early_is_not_an_error(s1: str) -> None:
         proc.stdout.close()  # the reader is gone before the first write: every write fails (EPIPE)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and err == b"", (args, err)
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z0-9_]+", text))
+
+
+def test_lint_fix_lines_keep_a_hanging_indent_at_80_columns(s1: str) -> None:
+    code, out = in_terminal(["lint", s1], 80)
+    assert code == 1 and max(len(line) for line in out.splitlines()) <= 80
+    piped = subprocess.run([*CLI, "lint", s1], capture_output=True, text=True, env=_env(), timeout=120).stdout
+    fixes = [line.removeprefix("  fix: ") for line in piped.splitlines() if line.startswith("  fix: ")]
+    lines = out.splitlines()
+    for fix in fixes:
+        start = next(i for i, line in enumerate(lines) if line.startswith("  fix: " + fix[:20]))
+        block = [lines[start]]
+        for line in lines[start + 1:]:
+            if not line.startswith(" " * 7):
+                break
+            block.append(line)
+        assert len(block) > 1  # long enough to wrap at 80 columns
+        assert " ".join(" ".join(block).split()) == "fix: " + " ".join(fix.split())  # wrapped at words only
+
+
+def test_fix_output_wraps_at_words_at_80_columns(s1: str, tmp_path: Path) -> None:
+    code, out = in_terminal(["fix", s1, "--out", str(tmp_path / "a"), "--platform", "cuda"], 80)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    piped = subprocess.run([*CLI, "fix", s1, "--out", str(tmp_path / "b"), "--platform", "cuda"],
+                           capture_output=True, text=True, env=_env(), timeout=300).stdout
+    assert _words(out.replace(str(tmp_path / "a"), "OUT")) == _words(piped.replace(str(tmp_path / "b"), "OUT"))
+
+
+def test_rule_pages_render_as_markdown_at_80_columns() -> None:
+    from specguard.lint.registry import rule_doc
+
+    code, out = in_terminal(["rule", "SG201"], 80)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    assert "## What it does" not in out and "What it does" in out
+    assert _words(out) <= _words(rule_doc("SG201"))  # no word split by the terminal

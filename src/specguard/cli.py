@@ -90,7 +90,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _demo(argv: list[str]) -> int:
     try:
-        from specguard.engine.demo import main as demo_main
+        from specguard.refdecoder.demo import main as demo_main
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise

@@ -99,3 +99,13 @@ def _text(cell: RenderableType) -> Text:
 
 def _plain(header: RenderableType) -> str:
     return header.plain if isinstance(header, Text) else Text.from_markup(str(header)).plain
+
+
+def percent(x: float) -> str:
+    """A fraction as the reports print it: ``0.515`` -> ``51.5 %``."""
+    return f"{100 * x:.1f} %"
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``1 hard link``, ``2 hard links``: the count and the noun in the number it takes."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.engine.loader import ExpertConfig
+from specguard.refdecoder.loader import ExpertConfig
 
 SCALES_NEVER_LOADED = ("w13_input_scale", "w13_weight_scale_2", "w2_input_scale",
                        "w2_weight_scale_2")

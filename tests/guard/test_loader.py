@@ -1,7 +1,7 @@
 """The reference MoE loader reproduces vLLM 0.33's allocations and copy semantics.
 
-(Tests for src/specguard/engine/loader.py; kept beside the guard's tests, which
-use the loader, because tests/engine belongs to the engine's owner.)
+(Tests for src/specguard/refdecoder/loader.py; kept beside the guard's tests, which
+use the loader, because tests/refdecoder belongs to the engine's owner.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.loader import (
+from specguard.formats.scheme import BF16, MXFP4, NVFP4
+from specguard.refdecoder.loader import (
     ExpertConfig,
     RoutedExperts,
     expert_prefix,
@@ -19,7 +20,6 @@ from specguard.engine.loader import (
     read_tensors,
     resolver_routing,
 )
-from specguard.formats.scheme import BF16, MXFP4, NVFP4
 from tests.guard.guard_facts import draft_layer, draft_params
 
 E, H, INTER = 4, 64, 32

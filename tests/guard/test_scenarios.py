@@ -11,20 +11,20 @@ import numpy as np
 import pytest
 import torch
 
-from specguard.engine.loader import (
-    ExpertConfig,
-    ReferenceMoE,
-    expert_prefix,
-    global_routing,
-    load_checkpoint,
-    read_tensors,
-)
 from specguard.formats.scheme import MXFP4
 from specguard.guard import (
     NEVER_WRITTEN,
     PARTLY_WRITTEN,
     LoadGuard,
     UnloadedParametersError,
+)
+from specguard.refdecoder.loader import (
+    ExpertConfig,
+    ReferenceMoE,
+    expert_prefix,
+    global_routing,
+    load_checkpoint,
+    read_tensors,
 )
 from tests.guard.guard_facts import draft_params, never_loaded
 

@@ -450,8 +450,8 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
     global policies, through the functions demo.py itself calls."""
     import torch
 
-    from specguard.engine.demo import export_all, load_case, prompts_from_held_out
-    from specguard.engine.specdec import speculative_generate
+    from specguard.refdecoder.demo import export_all, load_case, prompts_from_held_out
+    from specguard.refdecoder.specdec import speculative_generate
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -519,3 +519,75 @@ def test_a_server_that_does_not_speak_http() -> None:
             srv.shutdown()
     with pytest.raises(ServerDown, match="not a valid URL"):
         scrape("http://127.0.0.1:8x/metrics")
+
+
+# --- what a pipe and a terminal read (issue 24, item 15) ----------------------------------------
+
+
+def test_a_window_shorter_than_the_interval_is_refused() -> None:
+    r = run_cli("127.0.0.1:9", "--window", "1", "--interval", "5")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "--window 1 s is shorter than --interval 5 s" in r.stderr
+
+
+def _plain_lines(server: MetricsServer, m: VllmMetrics, ticks: int, between: Any) -> list[str]:
+    """What `specguard watch URL | cat` prints over ``ticks`` intervals, ``between(i)`` run before each."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([*CLI, server.url, "--interval", "0.2", "--window", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        lines.append(proc.stdout.readline())  # the header: the reference scrape is done
+        for i in range(ticks):
+            between(i)
+            lines.append(proc.stdout.readline())  # the interval's first line (more come with the rest)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    return [*lines, *rest.splitlines()]
+
+
+def test_an_alert_prints_its_reason_once_in_a_pipe(server: MetricsServer, config: Any) -> None:
+    m = VllmMetrics(config)
+    server.serve(m)
+    lines = _plain_lines(server, m, 4, lambda i: m.steps(COLLAPSED * 100))
+    alerts = [ln for ln in lines if ln.startswith("ALERT ds4-s1")]
+    status = [ln for ln in lines if ln.rstrip().endswith("alert")]
+    assert len(alerts) == 1 and len(status) >= 3, lines
+
+
+def test_a_server_that_dies_mid_watch_is_said_once(server: MetricsServer, config: Any) -> None:
+    m = VllmMetrics(config)
+    server.serve(m)
+    steps = {0: lambda: m.steps(HEALTHY * 20), 1: server.close}
+    lines = _plain_lines(server, m, 2, lambda i: steps[i]())
+    time.sleep(1)  # several more intervals with the server gone
+    gone = [ln for ln in lines if "server gone" in ln]
+    assert len(gone) == 1, lines
+    server.__init__()  # the fixture closes it again
+
+
+def test_once_names_a_server_gone_between_its_scrapes(server: MetricsServer, config: Any) -> None:
+    server.serve(VllmMetrics(config))
+    w = watcher(server)
+    with pytest.raises(ServerDown, match="server gone: answered the first scrape"):
+        w.once(0.0, sleep=lambda _: server.close())
+    server.__init__()
+
+
+def test_the_live_table_says_what_engines_counts(server: MetricsServer, config: Any) -> None:
+    from rich.console import Console
+
+    from specguard.commands.watch import Output
+
+    m = VllmMetrics(config)
+    m.steps(HEALTHY * 20)
+    server.serve(m)
+    console = Console(record=True, width=80, force_terminal=True)
+    out = Output("live", None, console)
+    tick = watcher(server).once(0.0)
+    out.show(tick, server.url)
+    text = console.export_text()
+    assert "engines" in text and "engines: vLLM engine processes reporting for the model" in text
+    assert " eng " not in text

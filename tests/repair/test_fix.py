@@ -184,8 +184,15 @@ def test_out_must_be_new_or_empty_and_outside_the_source(scenarios, tmp_path: Pa
     assert (full / "x").read_text() == "keep" and len(list(full.iterdir())) == 1
     assert fix(src, src / "inside") == 2
     assert not (src / "inside").exists()
-    errors = capsys.readouterr().err.strip().splitlines()
+    printed = capsys.readouterr()
+    errors = printed.err.strip().splitlines()
     assert len(errors) == 2 and "new or empty" in errors[0] and "outside the source" in errors[1]
+    assert printed.out == ""  # refused before the plan is printed
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert fix(src, a_file) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and "new or empty" in printed.err
     empty = tmp_path / "empty"
     empty.mkdir()
     assert fix(src, empty, "--platform", "cuda") == 0 and (empty / "config.json").exists()

@@ -436,5 +436,7 @@ def _check_layout(tensors: dict[str, TensorInfo], buffer: int, where: str) -> No
             what = "overlaps the previous tensor" if begin < pos else "leaves a hole before it"
             raise CheckpointError(named(where, t.name), f"data_offsets [{begin}, {end}] {what}")
         pos = end
+    if pos > buffer:
+        raise CheckpointError(where, f"truncated: tensors cover {pos} bytes but the data section holds only {buffer}")
     if pos != buffer:
         raise CheckpointError(where, f"tensors cover {pos} bytes but the data section holds {buffer}")

@@ -90,8 +90,13 @@ def _open_local(path: Path, name: str, progress: Progress | None, follow_links: 
 
 def _read_local(path: Path, name: str, progress: Progress | None, follow_links: bool) -> Checkpoint:
     if path.is_file():
+        if path.suffix == ".json":  # config.json, the index: its directory is the checkpoint
+            raise CheckpointError(name, f"{path.name} is not a weights file: pass the directory ({path.parent})")
+        _whole_checkpoint_beside(path, name)
         header = _header(path.parent, path.name)
-        return Checkpoint(name, path.parent, (path.name,), header.tensors)
+        # the config beside a single file still says what the engine builds from it
+        return Checkpoint(name, path.parent, (path.name,), header.tensors, _json_file(path.parent, CONFIG),
+                          _json_file(path.parent, HF_QUANT_CONFIG))
     root = path
     files, weight_map, meta = _shard_list(root, follow_links)
     headers: list[FileHeader] = []
@@ -117,6 +122,21 @@ def _read_local(path: Path, name: str, progress: Progress | None, follow_links: 
         _json_file(root, HF_QUANT_CONFIG), index=index, unindexed=unindexed or (),
         unreferenced=unreferenced or (), outside_index=tuple(outside),
     )
+
+
+def _whole_checkpoint_beside(path: Path, name: str) -> None:
+    """One shard of an indexed checkpoint is not a checkpoint: the rules would find the
+    other shards' tensors missing."""
+    if not (path.parent / INDEX).is_file():
+        return
+    try:
+        weight_map, _ = load_index((path.parent / INDEX).read_bytes(), str(path.parent / INDEX))
+    except (OSError, CheckpointError):
+        return  # reading the directory reports a bad index; this file alone is still readable
+    shards = set(weight_map.values())
+    if path.name in shards and len(shards) > 1:
+        raise CheckpointError(name, f"one of the {len(shards)} shards {INDEX} names: pass the directory "
+                                    f"({path.parent})")
 
 
 def _header(root: Path, shard: str) -> FileHeader:
@@ -157,8 +177,25 @@ def _shard_list(root: Path, follow_links: bool) -> tuple[list[str], dict[str, st
         return [SINGLE], None, {}
     files = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
     if not files:
-        raise CheckpointError(str(root), "no model.safetensors.index.json and no *.safetensors file")
+        raise CheckpointError(str(root), "no model.safetensors.index.json and no *.safetensors file"
+                              + _subfolder_hint(root))
     return files, None, {}
+
+
+def _subfolder_hint(root: Path) -> str:
+    """What a folder without weights holds instead: checkpoints one level down (what
+    `specguard factory s4` writes: target/ and drafter/), and how to pass them."""
+    inside = sorted(d.name for d in root.iterdir() if d.is_dir() and (d / CONFIG).is_file()
+                    and any(d.glob("*.safetensors")))
+    if not inside:
+        return ""
+    drafters = [d for d in inside if "draft" in d.lower() or "eagle" in d.lower()]
+    folders = ", ".join(f"{d}/" for d in inside)
+    if len(inside) == 2 and len(drafters) == 1:
+        target = next(d for d in inside if d != drafters[0])
+        return (f"; it holds the checkpoints {folders}: pass the target and its drafter "
+                f"({root / target} --draft {root / drafters[0]})")
+    return f"; it holds the checkpoints {folders}: pass one of them"
 
 
 def _check_inside(root: Path, real_root: Path, shard: str, follow_links: bool) -> None:
@@ -223,6 +260,8 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache_dir: str | os.PathL
     except LocalEntryNotFoundError as e:
         what = f"revision {revision!r} is" if revision else "it is"
         where = f" at {cache_dir}" if cache_dir else ""
+        # "org/model" reads both ways: a local path that does not exist, or a repo id
         raise CheckpointError(
-            repo_id, f"{what} not in the local Hugging Face cache{where} (pass --remote to read headers over HTTP)"
+            repo_id, f"no such local path, and as a repo id {what} not in the local Hugging Face cache{where} "
+                     "(pass --remote to read headers over HTTP)"
         ) from e

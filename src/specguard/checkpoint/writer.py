@@ -1,7 +1,8 @@
 """Write safetensors files from numpy arrays (any ml_dtypes dtype).
 
-Used by the factory and by tests. Never used on a user's checkpoint: specguard
-only writes into directories it creates.
+The one writer: the factory and tests write arrays (``save_file``), ``specguard
+fix`` streams a rewritten shard (``write_file``). Never used on a user's
+checkpoint: specguard only writes into directories it creates.
 """
 
 from __future__ import annotations
@@ -9,12 +10,69 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from specguard.checkpoint.dtypes import FROM_NUMPY
+
+
+class HeaderEntry(Protocol):
+    """One tensor as the header lists it; its bytes come separately, in order."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def nbytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def write_file(
+    path: str | os.PathLike[str],
+    entries: Sequence[HeaderEntry],
+    pieces: Iterable[bytes],
+    metadata: Mapping[str, str] | None = None,
+) -> int:
+    """Write a safetensors file whose header lists ``entries`` in their order and
+    whose data section is ``pieces`` concatenated (streamed: a caller can produce
+    them one at a time). Returns the file's size; fewer or more bytes than the
+    header promised raise ``ValueError``."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for e in entries:
+        header[e.name] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
+        offset += e.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # align the buffer start, as the reference does
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for piece in pieces:
+            written += len(piece)
+            if written > offset:
+                break
+            f.write(piece)
+    if written != offset:
+        raise ValueError(f"{path}: the header promised {offset} data bytes, {written} were given")
+    return 8 + len(raw) + offset
 
 
 def save_file(
@@ -30,33 +88,15 @@ def save_file(
     Shapes are kept as given: a 0-d array is written with shape ``[]`` (ModelOpt's
     scalar ``weight_scale_2`` / ``input_scale``), not widened to ``[1]``.
     """
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = dict(metadata)
-    offset = 0
-    blobs: list[bytes] = []
-    for name in sorted(tensors):
-        # np.ascontiguousarray would turn a 0-d array into shape (1,)
-        arr = np.require(tensors[name], requirements="C")
+    # np.ascontiguousarray would turn a 0-d array into shape (1,)
+    arrays = {name: np.require(tensors[name], requirements="C") for name in sorted(tensors)}
+    entries = []
+    for name, arr in arrays.items():
         dtype = FROM_NUMPY.get(arr.dtype)
         if dtype is None:
             raise TypeError(f"{name}: no safetensors dtype for numpy dtype {arr.dtype}")
-        data = arr.tobytes()
-        header[name] = {
-            "dtype": dtype,
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        offset += len(data)
-        blobs.append(data)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # align the buffer start, as the reference does
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for data in blobs:
-            f.write(data)
+        entries.append(Tensor(name, dtype, arr.shape, arr.nbytes))
+    write_file(path, entries, (arr.tobytes() for arr in arrays.values()), metadata)
 
 
 def save_index(

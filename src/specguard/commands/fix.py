@@ -16,8 +16,9 @@ from specguard.repair.diff import config_diff, hf_overrides
 from specguard.repair.plan import Plan, describe, merged, open_resolvers
 from specguard.repair.strategies.draft_layers import NO_DRAFTER
 from specguard.repair.verify import RepairFailed, verify
-from specguard.repair.write import Written, write_repair
+from specguard.repair.write import Written, check_out, write_repair
 from specguard.resolve import Resolver
+from specguard.terminal import console, plural
 
 EXIT_OK = 0
 
@@ -48,11 +49,13 @@ def run_fix(args: argparse.Namespace) -> int:
         if left:
             raise UsageError(f"{names}: every module routes as stored, but lint finds {left}; "
                              "fix repairs routing only (`specguard lint` says what to change)")
-        print(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
+        _say(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
         return EXIT_OK
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_out(plan, out)  # a bad --out is refused before the plan is printed
     _print_problems(plan)
     _print_changes(plan)
-    out = Path(args.out) if args.out else None
     if args.diff:
         _print_diff(plan, out)
         if out is None:
@@ -66,9 +69,9 @@ def run_fix(args: argparse.Namespace) -> int:
         _print_written(w)
     v = checked[-1]
     left = f"; lint warnings left: {', '.join(v.notes)}" if v.notes else ""
-    print(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
+    _say(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
     if any(ov.reencode for ov in plan.overlays) and set(platforms) - {"cpu"}:
-        print("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
+        _say("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
               "repairs with config alone")
     if any(NO_DRAFTER in c.why for ov in plan.overlays for c in ov.changes):
         print(f"note: {NO_DRAFTER}")
@@ -76,6 +79,11 @@ def run_fix(args: argparse.Namespace) -> int:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    """A line of the plan or the result: wrapped at words on a terminal, one line in a pipe."""
+    console().print(line, markup=False, highlight=False)
 
 
 def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None) -> str:
@@ -99,17 +107,17 @@ def _print_problems(plan: Plan) -> None:
     for (name, verdict, prefix), where in platforms.items():
         lines.setdefault((name, verdict, ", ".join(where)), []).append(prefix)
     for (name, verdict, where), prefixes in lines.items():
-        print(f"{name}: {len(prefixes)} module(s) {verdict} on {where}: {describe(prefixes)}")
+        _say(f"{name}: {len(prefixes)} module(s) {verdict} on {where}: {describe(prefixes)}")
 
 
 def _print_changes(plan: Plan) -> None:
     for ov in plan.overlays:
         who = f"{ov.role}: " if len(plan.overlays) > 1 else ""
         for c in merged(ov.changes):
-            print(f"  {who}{c}  ({c.why})")
+            _say(f"  {who}{c}  ({c.why})")
         if ov.reencode:
             fmts = sorted(set(ov.reencode.values()))
-            print(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "
+            _say(f"  {who}re-encode {len(ov.reencode)} module(s) to {', '.join(fmts)} (exact): "
                   f"{describe(ov.reencode)}")
 
 
@@ -117,24 +125,24 @@ def _print_diff(plan: Plan, out: Path | None) -> None:
     print(config_diff(plan, out), end="")
     overrides, why = hf_overrides(plan)
     if overrides is None:
-        print(f"no --hf-overrides: {why}")
+        _say(f"no --hf-overrides: {why}")
     else:
         print(f"vllm serve {plan.overlays[0].checkpoint.name} --hf-overrides '{overrides}'")
-        print(f"  ({why})")
+        _say(f"  ({why})")
 
 
 def _print_written(w: Written) -> None:
     if w.unchanged:
-        print(f"{w.path}: already holds this repair; left as it is")
+        _say(f"{w.path}: already holds this repair; left as it is")
         return
     links = len(w.linked) + len(w.symlinked)
-    kind = "hard links" if not w.symlinked else ("symlinks" if not w.linked else "links")
+    kind = "hard link" if not w.symlinked else ("symlink" if not w.linked else "link")
     if not w.written:
-        print(f"wrote {w.path}: unchanged, {links} {kind}")
+        _say(f"wrote {w.path}: unchanged, {plural(links, kind)}")
         return
     added = f"; adds {_size(w.added_bytes)}" if w.replaced else ""
-    print(f"wrote {w.path}: {len(w.written)} new file(s), {links} {kind}{added}")
-    print(f"  new: {', '.join(sorted(w.written))}")
+    _say(f"wrote {w.path}: {plural(len(w.written), 'new file')}, {plural(links, kind)}{added}")
+    _say(f"  new: {', '.join(sorted(w.written))}")
 
 
 def _size(n: float) -> str:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.commands.output import write_json
-from specguard.commands.sources import open_path
+from specguard.commands.sources import drafter_beside, open_path
 from specguard.engines.registry import installed as installed_engine
 from specguard.engines.registry import keys as engine_keys
 from specguard.engines.vllm.v0_33 import ENGINE
@@ -36,6 +36,10 @@ def resolvers(args: argparse.Namespace, engine: str | None = None) -> list[Resol
                       own_draft=False if args.draft else None,  # a separate drafter replaces the stored draft
                       engine=engine)
     out = [target]
+    beside = None if args.draft else drafter_beside(args.source)
+    if beside is not None:  # else a pair checked half reads as clean
+        print(f"note: {beside} beside {args.source} looks like its separate drafter, which this run does not "
+              f"check: pass --draft {beside} to check them together", file=sys.stderr)
     if args.draft:
         out.append(Resolver(open_path(args.draft, revision=args.revision, remote=args.remote),
                             draft_method=args.draft_method or "dspark", target=target, platform=args.platform,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specguard.errors import UsageError
@@ -32,7 +33,15 @@ def run_rule(args: argparse.Namespace) -> int:
     code = args.code.upper()
     if code not in rules:
         raise UsageError(f"unknown rule {args.code!r} (see `specguard rule --all`)")
-    page = DOCS / f"{code}.md"
+    page_file = DOCS / f"{code}.md"
     r = rules[code]
-    print(page.read_text() if page.is_file() else f"# {code}: {r['name']}\n\n{r['summary']}\n")
+    page = page_file.read_text() if page_file.is_file() else f"# {code}: {r['name']}\n\n{r['summary']}\n"
+    if not sys.stdout.isatty():  # a pipe: the Markdown as written, and rich never imported
+        print(page)
+        return 0
+    from rich.markdown import Markdown
+
+    from specguard.terminal import console
+
+    console().print(Markdown(page, code_theme="ansi_dark"))  # a terminal: rendered, wrapped at words
     return 0

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from specguard.checkpoint.index import CONFIG, INDEX
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.errors import LayoutError
 from specguard.formats.table import ModuleTable
@@ -46,9 +50,46 @@ def open_path(source: str | None, *, revision: str | None = None, remote: bool =
     if source is None:
         from specguard.factory import sample_checkpoint
 
-        source = str(sample_checkpoint())
+        sample = sample_checkpoint()
+        with _progress_bar("reading headers") as update:
+            ckpt = open_checkpoint(sample, progress=update)
+        return replace(ckpt, name=_home_relative(sample))  # as the README shows it, on every machine
     with _progress_bar("reading headers") as update:
         return open_checkpoint(source, revision=revision, remote=remote, progress=update)
+
+
+def _home_relative(path: Path) -> str:
+    """``~/.cache/specguard/...`` for a path under the home directory, else the path."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+
+
+def drafter_beside(source: str | None) -> Path | None:
+    """A separate drafter checkpoint in a folder beside ``source`` (`specguard factory s4`
+    writes target/ and drafter/): a sibling named for a drafter, or one whose config.json
+    names DSpark's target layers or an EAGLE architecture and whose index holds no main
+    stack. None where there is none."""
+    if source is None or not Path(source).is_dir():
+        return None
+    here = Path(source).resolve()
+    for d in sorted(here.parent.iterdir()):
+        if d != here and (d / CONFIG).is_file() and any(d.glob("*.safetensors")) and _is_drafter(d):
+            return Path(source).parent / d.name
+    return None
+
+
+def _is_drafter(d: Path) -> bool:
+    if "draft" in d.name.lower() or "eagle" in d.name.lower():
+        return True
+    try:
+        cfg = json.loads((d / CONFIG).read_text())
+        names = json.loads((d / INDEX).read_text())["weight_map"] if (d / INDEX).is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(cfg, dict) or not isinstance(names, dict):
+        return False
+    says = "dspark_target_layer_ids" in cfg or any("eagle" in str(a).lower() for a in cfg.get("architectures") or ())
+    return says and not any(n.startswith(("layers.", "model.layers.")) for n in names)
 
 
 def open_source(args: argparse.Namespace) -> Checkpoint:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -68,6 +69,9 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--window must be in (0, 604800] seconds, not {args.window:g}")
     if not 0 < args.timeout <= 600:
         raise UsageError(f"--timeout must be in (0, 600] seconds, not {args.timeout:g}")
+    if args.window < args.interval and not args.once:  # a verdict covers at least one interval
+        raise UsageError(f"--window {args.window:g} s is shorter than --interval {args.interval:g} s: each "
+                         "verdict covers at least one interval between scrapes (pass --window >= --interval)")
 
 
 def _checkpoint(source: str) -> CheckpointVerdict:
@@ -139,6 +143,11 @@ def plain_line(v: Verdict, t: float) -> str:
             f"{_num(s.generation_tokens_per_s)} tok/s  {_status(v)}")
 
 
+def _reason(alert: str) -> str:
+    """An alert line without its figures: the same reason while the figures move."""
+    return re.sub(r"\d[\d.,]*", "#", alert)
+
+
 def tick_record(tick: Tick, url: str, verdict: CheckpointVerdict | None) -> dict:
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(tick.time)), "url": url,
@@ -159,6 +168,8 @@ class Output:
         self._live: Live | None = None
         self._header = ""
         self._alerting: set[str] = set()  # models whose last verdict was an alert
+        self._said: dict[str, set[str]] = {}  # model -> the alert reasons printed since it started alerting
+        self._gone = False  # the server stopped answering: said once, until it answers again
         self._last: Tick | None = None  # the live table keeps the last figures through an error
 
     def started(self, url: str, interval: float, window: float | None) -> None:
@@ -199,19 +210,32 @@ class Output:
                               "error": {"kind": e.kind, "message": str(e)}}), flush=True)
 
     def _plain(self, tick: Tick) -> None:
+        """A pipe or a CI log: a line per model and interval; an alert's reasons and the
+        checkpoint's verdict when a model starts alerting, not again each interval while
+        it stays so; a server that stops answering said once, and when it is back."""
         if tick.error is not None:
-            print(f"{_clock(tick.time)} {tick.error}", flush=True)
+            if not self._gone:
+                print(f"{_clock(tick.time)} server gone: {tick.error}; waiting for it (said once)", flush=True)
+            self._gone = True
             return
+        if self._gone:
+            print(f"{_clock(tick.time)} server back", flush=True)
+            self._gone = False
         for model, engine in tick.restarted:
             print(f"{_clock(tick.time)} {model} engine {engine} restarted: its counters count from zero", flush=True)
         for v in tick.verdicts:
             print(plain_line(v, tick.time), flush=True)
-            for alert in v.alerts:
-                print(alert, flush=True)
             model = v.stats.model
+            said = self._said.setdefault(model, set())
+            for alert in v.alerts:  # a reason once while it holds, not again each interval
+                if _reason(alert) not in said:
+                    print(alert, flush=True)
+                    said.add(_reason(alert))
             if v.alerts and model not in self._alerting and self.verdict:  # the likely cause, once per alert
                 for line in self.verdict.lines():
                     print("  " + line, flush=True)
+            if v.status != ALERT:
+                said.clear()
             if v.status == ALERT:
                 self._alerting.add(model)
             else:
@@ -219,7 +243,7 @@ class Output:
 
     def _render(self, tick: Tick | None) -> Group:
         table = Table(title=Text(self._header) if self._header else None, title_justify="left")
-        for name in ("model", "eng", "accept", "per pos %", "len", "drafts/s", "tok/s", "status"):
+        for name in ("model", "engines", "accept", "per pos %", "len", "drafts/s", "tok/s", "status"):
             table.add_column(name, justify="left" if name in ("model", "status") else "right", overflow="fold",
                              no_wrap=name != "model")
         parts: list = [table]
@@ -239,6 +263,8 @@ class Output:
             parts += [Text(a, style="bold red") for v in shown.verdicts for a in v.alerts]
             if any(v.stats.seconds is None for v in shown.verdicts):
                 parts.append(Text("* judged on the counters since the engines started", style="dim"))
+            parts.append(Text("engines: vLLM engine processes reporting for the model (the metrics' engine "
+                              "label)", style="dim"))
         if tick is not None and error is not None:
             parts.append(Text(f"{_clock(tick.time)} {error}" + (" (figures above: the last good scrape)"
                                                                   if shown else ""), style="yellow"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared, parse_compressed_tensors
 from specguard.declared.fp8 import Fp8Declared, parse_fp8
+from specguard.declared.gptq_awq import IntGroupDeclared, parse_awq, parse_gptq
 from specguard.declared.inc import IncDeclared, parse_inc
 from specguard.declared.model import (
     CT_MATCH,
@@ -33,16 +34,10 @@ from specguard.declared.model import (
     Declared,
     DeclaredScheme,
     Pattern,
+    UnknownDeclared,
 )
 from specguard.declared.modelopt import ModelOptDeclared, parse_modelopt
-from specguard.declared.others import (
-    IntGroupDeclared,
-    Mxfp4Declared,
-    UnknownDeclared,
-    parse_awq,
-    parse_gptq,
-    parse_mxfp4,
-)
+from specguard.declared.mxfp4 import Mxfp4Declared, parse_mxfp4
 from specguard.declared.quark import QuarkDeclared, parse_quark
 from specguard.declared.torchao import TorchAODeclared, parse_torchao
 from specguard.declared.validate import ConfigError, check_quant_config

@@ -270,3 +270,12 @@ class Declared:
 
     def _plain(self, why: str, pattern: Pattern | None = None) -> DeclaredScheme:
         return DeclaredScheme(self.unquantized, why if pattern is None else f"{pattern}", pattern)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnknownDeclared(Declared):
+    """A ``quant_method`` specguard does not understand: every claim is ``unknown``, with the reason."""
+
+    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
+        reason = f"quant_method {self.quant_method!r} is not understood by specguard"
+        return DeclaredScheme(Scheme(s.UNKNOWN, reason=reason), f"{self.origin}.quant_method")

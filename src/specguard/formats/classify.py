@@ -16,6 +16,7 @@ from specguard.checkpoint.dtypes import FLOAT8, FLOAT_HIGH
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats import families as fam
 from specguard.formats import scheme as s
+from specguard.formats.families import ratio as _ratio
 from specguard.formats.modules import QUANT_PARAMS, STACKED_EXPERT_PARAMS
 from specguard.formats.scheme import Scheme
 
@@ -73,11 +74,7 @@ def _wrapped(params: Params) -> Scheme | None:
 
 
 def _unknown(reason: str) -> Classified:
-    return Classified(Scheme(s.UNKNOWN, reason=reason))
-
-
-def _ratio(num: int, den: int) -> int | None:
-    return num // den if den and num % den == 0 else None
+    return Classified(fam.unknown(reason))
 
 
 def _inner(t: TensorInfo) -> int:

@@ -79,3 +79,22 @@ def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
             run.leaves.append(leaf)
         run.items.append(item)
     return list(runs.values())
+
+
+def describe(names: Iterable[str], limit: int = 4) -> str:
+    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``. Every label
+    names exactly the modules it stands for: modules are grouped by parent, and parents
+    share a label only when they hold the same leaves (``layers 1-3 · mlp · experts,gate``
+    never stands for a layer without a gate); ``(+N more)`` counts the labels not shown."""
+    leaves: dict[str, list[str]] = {}
+    for n in dict.fromkeys(names):
+        parent, _, leaf = n.rpartition(".")
+        if not parent or leaf.isdigit():
+            parent, leaf = n, ""
+        leaves.setdefault(parent, []).append(leaf)
+    runs = group_runs((f"{parent}.{ls[0]}" if ls[0] else parent, tuple(ls), len(ls)) for parent, ls in leaves.items())
+    for run in runs:  # a run's parents all hold the same leaves (its key)
+        run.leaves = [leaf for leaf in run.key if leaf]  # type: ignore[attr-defined]
+    labels = [run.label() for run in runs]
+    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
+    return "; ".join(labels[:limit]) + more

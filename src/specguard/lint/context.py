@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specguard.repair.plan import describe  # noqa: F401  (the rules import it from here)
+from specguard.layouts.runs import describe as describe  # one definition; rules import it from here
 from specguard.resolve import Resolver, Route
 
 if TYPE_CHECKING:

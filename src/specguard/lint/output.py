@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from specguard._version import __version__
 from specguard.declared.edits import Applicability, Fix
@@ -23,8 +25,14 @@ def text(findings: Sequence[Finding], source: str, console: Console, *, bytes_re
     """``CODE severity: message`` then the modules and the fix, one finding per block."""
     for f in findings:
         console.print(f"[bold]{f.code}[/] [{_STYLE[f.severity]}]{f.severity}[/]: {escape(f.message)}")
-        if f.fix:
+        if f.fix and console.soft_wrap:  # a pipe: one line, as written
             console.print(f"  [green]fix{escape(_applies(f.fix))}:[/] {escape(f.fix.message)}")
+        elif f.fix:  # a terminal: wrapped at words, each line under the fix's first word (a hanging indent)
+            grid = Table.grid(padding=(0, 1, 0, 0))
+            grid.add_column(no_wrap=True)
+            grid.add_column(overflow="fold")
+            grid.add_row(Text(f"  fix{_applies(f.fix)}:", style="green"), Text(f.fix.message))
+            console.print(grid)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "no findings"
     frac = f" ({bytes_read / total_bytes:.3%} of the checkpoint, in whole 4 KiB pages)" if total_bytes else ""

@@ -21,7 +21,7 @@ from specguard.checkpoint.source import Checkpoint
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, ConfigEdit, Fix, apply_all
 from specguard.engines.vllm.v0_33 import PLATFORMS
 from specguard.layouts.registry import text_config
-from specguard.layouts.runs import group_runs
+from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
 from specguard.resolve import OK, Resolver, Route
 
 ALL = "all"
@@ -30,25 +30,6 @@ TARGET, DRAFTER = "target", "drafter"
 
 class Unrepairable(CheckpointError):
     """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
-
-
-def describe(names: Iterable[str], limit: int = 4) -> str:
-    """Run-length grouped names: ``mtp 0 · ffn.experts 0-3 · w1,w2,w3``. Every label
-    names exactly the modules it stands for: modules are grouped by parent, and parents
-    share a label only when they hold the same leaves (``layers 1-3 · mlp · experts,gate``
-    never stands for a layer without a gate); ``(+N more)`` counts the labels not shown."""
-    leaves: dict[str, list[str]] = {}
-    for n in dict.fromkeys(names):
-        parent, _, leaf = n.rpartition(".")
-        if not parent or leaf.isdigit():
-            parent, leaf = n, ""
-        leaves.setdefault(parent, []).append(leaf)
-    runs = group_runs((f"{parent}.{ls[0]}" if ls[0] else parent, tuple(ls), len(ls)) for parent, ls in leaves.items())
-    for run in runs:  # a run's parents all hold the same leaves (its key)
-        run.leaves = [leaf for leaf in run.key if leaf]  # type: ignore[attr-defined]
-    labels = [run.label() for run in runs]
-    more = f" (+{len(labels) - limit} more)" if len(labels) > limit else ""
-    return "; ".join(labels[:limit]) + more
 
 
 def platforms_for(choice: str) -> tuple[str, ...]:

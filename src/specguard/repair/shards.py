@@ -10,8 +10,6 @@ replaced shard cannot stay behind as a link.
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +19,9 @@ import numpy as np
 
 from specguard import codecs
 from specguard.checkpoint.errors import CheckpointError
-from specguard.checkpoint.header import TensorInfo
+from specguard.checkpoint.header import TensorInfo, read_header
 from specguard.checkpoint.source import Checkpoint
+from specguard.checkpoint.writer import write_file
 from specguard.formats import scheme as s
 from specguard.formats.modules import split_name
 from specguard.formats.table import Module
@@ -84,25 +83,11 @@ def decode_bf16(checkpoint: Checkpoint, module: Module) -> np.ndarray:
 
 
 def write_shard(checkpoint: Checkpoint, shard: str, entries: list[Entry], dest: Path) -> int:
-    """Write the shard; returns its size in bytes."""
-    root = local_root(checkpoint)
-    header: dict[str, object] = {}
-    meta = _metadata(root / shard)
-    if meta:
-        header["__metadata__"] = meta
-    offset = 0
-    for e in entries:
-        header[e.name] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
-        offset += e.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(dest, "wb") as f, open(root / shard, "rb") as src:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for e in entries:
-            for piece in _bytes(checkpoint, src, e):
-                f.write(piece)
-    return 8 + len(raw) + offset
+    """Write the shard (its ``__metadata__`` kept); returns its size in bytes."""
+    source = local_root(checkpoint) / shard
+    with open(source, "rb") as src:
+        pieces = (piece for e in entries for piece in _bytes(checkpoint, src, e))
+        return write_file(dest, entries, pieces, read_header(source).metadata)
 
 
 def _bytes(checkpoint: Checkpoint, src, e: Entry) -> Iterator[bytes]:
@@ -122,12 +107,6 @@ def _bytes(checkpoint: Checkpoint, src, e: Entry) -> Iterator[bytes]:
             raise OSError(f"{e.source.file}: truncated at {e.name}")
         begin += len(piece)
         yield piece
-
-
-def _metadata(path: Path) -> dict | None:
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(n)).get("__metadata__")
 
 
 def local_root(checkpoint: Checkpoint) -> Path:

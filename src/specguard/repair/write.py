@@ -60,8 +60,14 @@ def layout(plan: Plan, out: Path) -> dict[str, Path]:
 
 
 def check_out(plan: Plan, out: Path) -> None:
+    """Refuse, before anything is printed or written, a DIR the repair cannot go to."""
     if out.exists() and not out.is_dir():
         raise BadOutput(str(out), "--out must be a new or empty directory")
+    if out.is_dir() and any(out.iterdir()) and not all((p / CONFIG).is_file() for p in layout(plan, out).values()):
+        raise BadOutput(str(out), "--out must be a new or empty directory (or hold this very repair)")
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise BadOutput(str(out), f"cannot create: {existing} is not writable")
     real = out.resolve()
     for ov in plan.overlays:
         root = ov.checkpoint.root

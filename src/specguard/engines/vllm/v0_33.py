@@ -53,10 +53,11 @@ from specguard import plans
 from specguard.declared import parse_declared
 from specguard.declared.compressed_tensors import CompressedTensorsDeclared
 from specguard.declared.fp8 import MXFP4_DEEPSEEK, NVFP4_MODELOPT, Fp8Declared, fp8_linear_scheme
+from specguard.declared.gptq_awq import IntGroupDeclared
 from specguard.declared.inc import IncDeclared
 from specguard.declared.model import GPTQ_IN_BLOCK, NATIVE, TARGET, UNQUANTIZED, VLLM_SUBSTRING, Declared
 from specguard.declared.modelopt import ModelOptDeclared, modelopt_algo_scheme
-from specguard.declared.others import IntGroupDeclared, Mxfp4Declared
+from specguard.declared.mxfp4 import Mxfp4Declared
 from specguard.declared.patterns import (
     FusedShardMismatch,
     modelopt_is_excluded,

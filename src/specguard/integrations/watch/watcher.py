@@ -69,7 +69,10 @@ class Watcher:
         on its counters since its engines started. Raises WatchError."""
         first = self.start()
         sleep(interval)
-        cur = self.scrape()
+        try:
+            cur = self.scrape()
+        except WatchError as e:  # it answered the first scrape: it died in between
+            raise type(e)(f"server gone: answered the first scrape, not the second ({e})") from e
         deltas, restarted = diff(first, cur)
         since, _ = diff(None, cur)
         verdicts = []

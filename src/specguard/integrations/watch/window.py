@@ -41,6 +41,7 @@ from specguard.integrations.watch.metrics import (
     SeriesKey,
     Snapshot,
 )
+from specguard.terminal import percent
 
 
 @dataclass
@@ -231,10 +232,6 @@ class Verdict:
                 "baseline_acceptance": self.baseline, "speculation_costs": self.costly}
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
 def _span(stats: ModelStats) -> str:
     if stats.seconds is None:
         return "since start"
@@ -264,7 +261,7 @@ class Judge:
         reasons: list[str] = []
         base = self.baseline.get(stats.model)
         if acc < self.t.min_acceptance:
-            reasons.append(f"below {_pct(self.t.min_acceptance)}: the drafter drafts noise")
+            reasons.append(f"below {percent(self.t.min_acceptance)}: the drafter drafts noise")
             mean = stats.mean_acceptance_length
             if mean is not None and mean < COSTLY_MEAN_LENGTH:
                 gen = stats.generation_tokens_per_s
@@ -272,8 +269,8 @@ class Judge:
         elif base is None and learn:
             self.baseline[stats.model] = base = acc
         if not reasons and base is not None and acc < base * (1 - self.t.max_drop):
-            reasons.append(f"down {_pct(1 - acc / base)} from {_pct(base)} in the first healthy window "
-                           f"(limit {_pct(self.t.max_drop)})")
-        alerts = [f"ALERT {stats.model}: acceptance {_pct(acc)} {_span(stats)} ({_numbers(stats)}), "
+            reasons.append(f"down {percent(1 - acc / base)} from {percent(base)} in the first healthy window "
+                           f"(limit {percent(self.t.max_drop)})")
+        alerts = [f"ALERT {stats.model}: acceptance {percent(acc)} {_span(stats)} ({_numbers(stats)}), "
                   + "; ".join(reasons)] if reasons else []
         return Verdict(stats, ALERT if alerts else OK, alerts, base)

@@ -11,7 +11,7 @@ A routing policy decides, per runtime module, which format an engine builds:
   factory, the shipped BF16 weights via :func:`reference`).
 
 Routed experts load through the reference vLLM-style loader
-(:mod:`specguard.engine.loader`): it allocates the parameter set of the method
+(:mod:`specguard.refdecoder.loader`): it allocates the parameter set of the method
 the policy picks (NVFP4 / MXFP4 / BF16, with vLLM's ``torch.empty`` /
 ``torch.zeros``) and copies checkpoint tensors in with vLLM's semantics, under
 :class:`specguard.guard.LoadGuard` — so parameters the checkpoint never wrote
@@ -42,19 +42,19 @@ import torch
 
 from specguard.codecs import LAYOUTS as CODEC_LAYOUTS
 from specguard.codecs import torch_backend as tcodecs
-from specguard.engine import loader as ld
-from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
-from specguard.engine.specdec import Drafter, DSparkDraft, MTPDrafter
-from specguard.engine.weights import (
+from specguard.factory import ScenarioInfo, Sizes, write_scenario
+from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
+from specguard.guard import LoadGuard, LoadReport
+from specguard.refdecoder import loader as ld
+from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.refdecoder.specdec import Drafter, DSparkDraft, MTPDrafter
+from specguard.refdecoder.weights import (
     bf16_state_dict,
     load_dspark,
     load_weights,
     packaged_weights,
     read_bf16_safetensors,
 )
-from specguard.factory import ScenarioInfo, Sizes, write_scenario
-from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
-from specguard.guard import LoadGuard, LoadReport
 from specguard.resolve import Resolver, Route
 
 POLICIES = ("resolver", "global", "bf16")

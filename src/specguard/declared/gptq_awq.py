@@ -1,4 +1,4 @@
-"""transformers MXFP4 (gpt-oss), GPTQ, AWQ, unquantized and unknown configs."""
+"""GPTQ and AWQ configs (integer weights in groups) as vLLM 0.33 reads them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from specguard.declared.model import (
     GPTQ_DYNAMIC,
     GPTQ_IN_BLOCK,
     QUANTIZED,
-    TRANSFORMERS_MATCH,
     UNQUANTIZED,
     VLLM_SUBSTRING,
     Declared,
@@ -19,22 +18,6 @@ from specguard.errors import ConfigError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Convention, Scheme
 from specguard.layouts import roles as r
-
-
-@dataclass(frozen=True, kw_only=True)
-class Mxfp4Declared(Declared):
-    """transformers ``Mxfp4Config``: only the MoE experts are converted
-    (integrations/mxfp4.py ``replace_with_mxfp4_linear``); ``modules_to_not_convert``
-    uses ``should_convert_module`` matching."""
-
-    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
-        if kind != r.ROUTED_EXPERTS:
-            return self._plain("transformers mxfp4 converts MoE experts only")
-        hit = self._first(name, None, (UNQUANTIZED,))
-        if hit is not None:
-            return self._plain("", hit)
-        return DeclaredScheme(Scheme(s.MXFP4, s.GPT_OSS, group_size=32, scale_dtype="U8", weight_dtype="U8"),
-                              "quantization_config.quant_method=mxfp4")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,20 +69,6 @@ class IntGroupDeclared(Declared):
             return DeclaredScheme(self._scheme(bits, group), str(pos), pos)
         return DeclaredScheme(self._scheme(self.bits, self.group_size),
                               f"{key}.bits={self.bits}, group_size={self.group_size}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class UnknownDeclared(Declared):
-    def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
-        reason = f"quant_method {self.quant_method!r} is not understood by specguard"
-        return DeclaredScheme(Scheme(s.UNKNOWN, reason=reason), f"{self.origin}.quant_method")
-
-
-def parse_mxfp4(qc: dict, *, origin: str) -> Mxfp4Declared:
-    keys = qc.get("modules_to_not_convert") or ()
-    patterns = tuple(Pattern(t, TRANSFORMERS_MATCH, f"quantization_config.modules_to_not_convert[{i}]")
-                     for i, t in enumerate(keys) if isinstance(t, str))
-    return Mxfp4Declared(stack="mxfp4", quant_method="mxfp4", origin=origin, patterns=patterns)
 
 
 def parse_gptq(qc: dict, *, origin: str) -> IntGroupDeclared:

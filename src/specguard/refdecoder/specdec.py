@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specguard.engine.model import DSparkDrafter, KVCache, Transformer
+from specguard.refdecoder.model import DSparkDrafter, KVCache, Transformer
 
 
 @dataclass

@@ -1,14 +1,13 @@
 """The trained reference weights: save, load, and locate the packaged copy.
 
 Stored as one BF16 safetensors file with DeepSeek-V4 native names and the
-model config in the safetensors metadata (key ``config``), written and read here
-with no dependency beyond numpy (the checkpoint reader is for users' files).
+model config in the safetensors metadata (key ``config``), written and read
+with the checkpoint stage's one safetensors writer and header reader.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -17,14 +16,14 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
-
-_MAX_HEADER = 100_000_000
+from specguard.checkpoint.header import read_header
+from specguard.checkpoint.writer import save_file
+from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
 
 
 def packaged_weights(name: str = "model.safetensors") -> Path:
-    """Path of a trained file shipped in ``specguard/data/engine/``."""
-    return Path(str(resources.files("specguard") / "data" / "engine" / name))
+    """Path of a trained file shipped in ``specguard/data/refdecoder/``."""
+    return Path(str(resources.files("specguard") / "data" / "refdecoder" / name))
 
 
 def to_numpy_bf16(t: torch.Tensor) -> np.ndarray:
@@ -35,19 +34,9 @@ def save_weights(
     model: Transformer | DSparkDrafter, path: Path, metadata: Mapping[str, str] | None = None
 ) -> None:
     """BF16 safetensors (sorted names, 8-byte aligned header) with the config in the metadata."""
-    header: dict[str, object] = {"__metadata__": {"config": model.cfg.to_json(), **(metadata or {})}}
-    blobs, offset = [], 0
     state = model.state_dict()
-    for name in sorted(state):
-        data = to_numpy_bf16(state[name]).tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(state[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+    save_file({name: to_numpy_bf16(x) for name, x in state.items()}, path,
+              {"config": model.cfg.to_json(), **(metadata or {})})
 
 
 def save_dspark(drafter: DSparkDrafter, path: Path, metadata: Mapping[str, str] | None = None) -> None:
@@ -56,22 +45,17 @@ def save_dspark(drafter: DSparkDrafter, path: Path, metadata: Mapping[str, str] 
 
 
 def read_bf16_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read a BF16-only safetensors file written by :func:`save_weights` (our own file, trusted layout)."""
+    """Read a BF16-only safetensors file written by :func:`save_weights`."""
+    header = read_header(path)
     raw = Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > min(_MAX_HEADER, len(raw) - 8):
-        raise ValueError(f"{path}: header length {n} exceeds the file")
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
     tensors = {}
-    for name, info in header.items():
-        if info["dtype"] != "BF16":
-            raise ValueError(f"{path}: {name} is {info['dtype']}, expected BF16")
-        begin, end = info["data_offsets"]
-        arr = np.frombuffer(raw, dtype=np.int16, count=(end - begin) // 2, offset=base + begin)
-        tensors[name] = torch.from_numpy(arr.copy()).view(torch.bfloat16).reshape(info["shape"])
-    return tensors, meta
+    for name, info in header.tensors.items():
+        if info.dtype != "BF16":
+            raise ValueError(f"{path}: {name} is {info.dtype}, expected BF16")
+        begin, end = info.offsets
+        arr = np.frombuffer(raw, dtype=np.int16, count=(end - begin) // 2, offset=begin)
+        tensors[name] = torch.from_numpy(arr.copy()).view(torch.bfloat16).reshape(info.shape)
+    return tensors, header.metadata
 
 
 def load_weights(

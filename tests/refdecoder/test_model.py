@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
 
 TINY = ModelConfig(dim=128, n_layers=2, n_routed_experts=4, max_seq_len=64)
 

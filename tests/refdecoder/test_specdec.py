@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.model import Transformer
-from specguard.engine.specdec import (
+from specguard.refdecoder.model import Transformer
+from specguard.refdecoder.specdec import (
     DSparkDraft,
     MTPDrafter,
     Runner,
@@ -15,7 +15,7 @@ from specguard.engine.specdec import (
     greedy_generate,
     speculative_generate,
 )
-from specguard.engine.weights import load_dspark, load_weights
+from specguard.refdecoder.weights import load_dspark, load_weights
 
 NEW = 24
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from specguard.engine.corpus import held_out_sample
-from specguard.engine.model import Transformer
-from specguard.engine.weights import load_weights
+from specguard.refdecoder.corpus import held_out_sample
+from specguard.refdecoder.model import Transformer
+from specguard.refdecoder.weights import load_weights
 
 
 @pytest.fixture(autouse=True)

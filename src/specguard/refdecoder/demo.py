@@ -30,13 +30,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from specguard.engine.corpus import held_out_sample
-from specguard.engine.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
-from specguard.engine.specdec import Runner, SpecStats, cache_size
 from specguard.errors import UsageError
 from specguard.factory import ScenarioInfo
 from specguard.guard import LoadReport
-from specguard.terminal import console, escape, print_table
+from specguard.refdecoder.corpus import held_out_sample, prompts_sha256
+from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
+from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
+from specguard.terminal import console, escape, percent, plural, print_table
 from specguard.usage import EXIT_INTERRUPTED, ArgumentParser, fail
 from specguard.usage import PROG as ERROR_PREFIX
 
@@ -68,7 +68,7 @@ class PolicyResult:
 
 def prompts_from_held_out(n: int, length: int = 64, corpus: Path | None = None) -> list[list[int]]:
     """``n`` prompts of ``length`` bytes starting at evenly spaced line starts of held-out text
-    (of ``corpus``, default: this Python's standard library)."""
+    (the shipped split; ``corpus``: that of a standard-library copy)."""
     text = held_out_sample(corpus, max_bytes=512 * 1024)
     step = max(1, (len(text) - length) // max(1, n))
     out = []
@@ -144,17 +144,13 @@ FIXED = "fixed, global"  # specguard fix's repaired checkpoint under the stock e
 
 def run_fixed(scenario: str, fixed: dict[str, ScenarioInfo], prompts: list[list[int]], new_tokens: int,
               k: int, device: str, tick: Callable[[], None] = lambda: None, guard: bool = True) -> PolicyResult:
-    """The repaired ``scenario`` (repair/demo.py) under the ``global`` policy, as its own row."""
+    """The repaired ``scenario`` (refdecoder/repaired.py) under the ``global`` policy, as its own row."""
     result = run_case(scenario, "global", fixed, prompts, new_tokens, k, device, tick, guard)
     result.policy = FIXED
     return result
 
 
 # ----------------------------------------------------------------------------- output
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
 
 def result_rows(results: list[PolicyResult]) -> list[list[str]]:
     rows = []
@@ -163,7 +159,7 @@ def result_rows(results: list[PolicyResult]) -> list[list[str]]:
             rows.append([r.policy, "load fails", "-", "-", "-", "-", "-", "-"])
             continue
         per_pos = "/".join(f"{100 * p:.0f}" for p in r.stats.per_position_rate)
-        rows.append([r.policy, _pct(r.stats.acceptance_rate), per_pos, f"{r.stats.mean_acceptance_length:.2f}",
+        rows.append([r.policy, percent(r.stats.acceptance_rate), per_pos, f"{r.stats.mean_acceptance_length:.2f}",
                      f"{r.spec_tokens_per_s:.1f}", f"{r.plain_tokens_per_s:.1f}", f"{r.speedup:.2f}x",
                      "yes" if r.identical else "NO"])
     return rows
@@ -188,8 +184,8 @@ def results_table(scenario: str, results: list[PolicyResult]) -> Table:
     return table
 
 
-def print_intro(out: Console, prompts: int, new_tokens: int, k: int, device: str) -> None:
-    out.print(f"Greedy decoding of {prompts} held-out prompts x {new_tokens} tokens, "
+def print_intro(out: Console, prompts: list[list[int]], new_tokens: int, k: int, device: str) -> None:
+    out.print(f"Greedy decoding of {plural(len(prompts), 'held-out prompt')} x {new_tokens} tokens, "
               f"k = {k} draft tokens, device {escape(device)}.")
     for word, meaning in LEGEND:
         out.print(f"  {word:<10} {meaning}")
@@ -245,18 +241,20 @@ def write_json(results: list[PolicyResult], settings: dict[str, Any], file: IO[s
     out.write("\n]}\n")
 
 
-def plot(results: list[PolicyResult], path: Path, k: int) -> None:
-    """PNG of per-position acceptance per policy (one panel per scenario)."""
+def plot(results: list[PolicyResult], path: Path, k: int) -> list[str]:
+    """PNG of per-position acceptance per policy (one panel per scenario); returns the
+    policies drawn, the ``--fixed`` row included where it ran."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     scenarios = list(dict.fromkeys(r.scenario for r in results))
+    policies = [*POLICIES, *([FIXED] if any(r.policy == FIXED for r in results) else [])]  # --fixed: its row too
     fig, axes = plt.subplots(1, len(scenarios), figsize=(4.5 * len(scenarios), 3.6), squeeze=False)
-    width = 0.8 / len(POLICIES)
+    width = 0.8 / len(policies)
     for ax, scenario in zip(axes[0], scenarios, strict=True):
-        for i, policy in enumerate(POLICIES):
+        for i, policy in enumerate(policies):
             r = next((x for x in results if x.scenario == scenario and x.policy == policy), None)
             rates = r.stats.per_position_rate if r and r.stats else [0.0] * k
             label = policy + (" (load fails)" if r and r.error else "")
@@ -265,7 +263,7 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
             for x, rate in zip(xs, rates, strict=True):
                 if r and r.stats and rate < 0.01:  # make a collapsed drafter visible
                     ax.text(x, 1, "0", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks([p + width for p in range(k)], [f"pos {p}" for p in range(k)])
+        ax.set_xticks([p + width * (len(policies) - 1) / 2 for p in range(k)], [f"pos {p}" for p in range(k)])
         ax.set_ylim(0, 100)
         ax.set_ylabel("accepted / drafts (%)")
         ax.set_title(scenario.upper())
@@ -273,6 +271,7 @@ def plot(results: list[PolicyResult], path: Path, k: int) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return policies
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -373,7 +372,7 @@ def run_all(args: argparse.Namespace, scenarios: list[str], prompts: list[list[i
         infos = export_all(Path(tmp), scenarios)
         fixed: dict[str, ScenarioInfo] = {}
         if args.fixed:
-            from specguard.repair.demo import fixed_infos
+            from specguard.refdecoder.repaired import fixed_infos
 
             fixed = fixed_infos(infos, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -412,13 +411,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:  # checked before the run; the disk may still fill up or vanish
             return fail(ERROR_PREFIX, f"--plot {args.plot}: {exc.strerror or exc}", debug=args.debug)
     if args.json:
-        settings = {"prompts": len(prompts), "new_tokens": args.new_tokens, "k": args.k,
-                    "device": args.device, "threads": args.threads, "guard": not args.no_guard,
-                    "seconds": round(time.perf_counter() - t0, 1)}
+        settings = {"prompts": len(prompts), "prompts_sha256": prompts_sha256(prompts),
+                    "new_tokens": args.new_tokens, "k": args.k, "device": args.device, "threads": args.threads,
+                    "guard": not args.no_guard, "seconds": round(time.perf_counter() - t0, 1)}
         write_json(results, settings)
         return 0
     out = console()
-    print_intro(out, len(prompts), args.new_tokens, args.k, args.device)
+    print_intro(out, prompts, args.new_tokens, args.k, args.device)
     for scenario in scenarios:
         print_results(out, scenario, [r for r in results if r.scenario == scenario])
     if args.plot is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specguard.engine.corpus import (
+from specguard.refdecoder.corpus import (
     corpus_files,
     entropy_bits_per_byte,
     is_held_out,
@@ -17,9 +17,9 @@ from specguard.engine.corpus import (
     stdlib_dir,
     unigram_bits_per_byte,
 )
-from specguard.engine.model import ModelConfig, Transformer
-from specguard.engine.train import TrainConfig, train
-from specguard.engine.weights import load_weights
+from specguard.refdecoder.model import ModelConfig, Transformer
+from specguard.refdecoder.train import TrainConfig, train
+from specguard.refdecoder.weights import load_weights
 
 
 def bits_per_byte(model: Transformer, data: bytes, window: int = 256, n: int = 8) -> float:

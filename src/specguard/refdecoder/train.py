@@ -1,7 +1,7 @@
 """Train the reference model: target, then its MTP block, then a DSpark drafter, each on the frozen target.
 
 Byte-level language modelling on the Python standard library's source
-(``specguard.engine.corpus``). Phase 1 trains the target on next-byte
+(``specguard.refdecoder.corpus``). Phase 1 trains the target on next-byte
 prediction; phase 2 freezes it and trains the MTP block to predict the
 next-next byte from the target's detached hidden state and the next byte's
 embedding, as DeepSeek's MTP does; the optional phase 3 trains a separate
@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specguard.engine.corpus import read_split, stdlib_dir, unigram_bits_per_byte
-from specguard.engine.model import DSparkDrafter, ModelConfig, Transformer
-from specguard.engine.specdec import Drafter, DSparkDraft, MTPDrafter, Runner, SpecStats, cache_size
-from specguard.engine.weights import load_weights, save_dspark, save_weights
+from specguard.refdecoder.corpus import read_split, stdlib_dir, unigram_bits_per_byte
+from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.refdecoder.specdec import Drafter, DSparkDraft, MTPDrafter, Runner, SpecStats, cache_size
+from specguard.refdecoder.weights import load_weights, save_dspark, save_weights
 
 LN2 = math.log(2.0)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specguard.engine.demo import FIXED, PolicyResult, export_all, prompts_from_held_out, run_case, run_fixed
 from specguard.factory import ScenarioInfo
-from specguard.repair.demo import fixed_infos
+from specguard.refdecoder.demo import FIXED, PolicyResult, export_all, prompts_from_held_out, run_case, run_fixed
+from specguard.refdecoder.repaired import fixed_infos
 
 SCENARIOS = ("s1", "s2", "s4")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specguard.engine import loader as ld
-from specguard.engine.demo import PolicyResult, export_all, prompts_from_held_out, run_case
-from specguard.engine.policies import LoadFailure, load_policy
-from specguard.engine.weights import load_weights
 from specguard.factory import ScenarioInfo
+from specguard.refdecoder import loader as ld
+from specguard.refdecoder.demo import PolicyResult, export_all, prompts_from_held_out, run_case
+from specguard.refdecoder.policies import LoadFailure, load_policy
+from specguard.refdecoder.weights import load_weights
 
 CASES = [("s1", "resolver"), ("s1", "global"), ("s1", "bf16"), ("s2", "resolver"), ("s2", "global"),
          ("s4", "resolver"), ("s4", "global"), ("s4", "bf16")]

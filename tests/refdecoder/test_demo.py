@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from specguard.engine import demo
-from specguard.engine.demo import main
 from specguard.guard import GuardFinding, LoadReport
+from specguard.refdecoder import demo
+from specguard.refdecoder.corpus import prompts_sha256
+from specguard.refdecoder.demo import main, prompts_from_held_out
 from specguard.terminal import print_table
 from tests.test_terminal import in_terminal
 
@@ -57,6 +58,7 @@ def test_demo_json_has_every_field_per_scenario_and_policy(capsys: pytest.Captur
     assert main(["--scenario", "s2", "--json", *SMALL]) == 0
     doc = json.loads(capsys.readouterr().out)  # stdout is the JSON and nothing else
     assert doc["schema"] == 1 and doc["settings"]["new_tokens"] == 8 and set(doc["scenarios"]) == {"s2"}
+    assert doc["settings"]["prompts_sha256"] == prompts_sha256(prompts_from_held_out(1))  # which text was measured
     fields = {"scenario", "policy", "load_error", "acceptance", "per_position_acceptance",
               "mean_acceptance_length", "tokens_per_s", "no_spec_tokens_per_s", "speedup", "identical",
               "drafts", "draft_tokens", "accepted_tokens", "expert_routes", "guard"}
@@ -143,3 +145,15 @@ def test_an_unwritable_plot_path_fails_before_the_run(
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and captured.err.startswith("specguard: error: --plot ")
     assert message in captured.err, captured.err
+
+
+def test_the_plot_has_the_fixed_row_where_it_ran(tmp_path: Path) -> None:
+    from specguard.refdecoder.specdec import SpecStats
+
+    stats = SpecStats(3, num_drafts=2, num_draft_tokens=6, num_accepted_tokens=4, accepted_per_pos=[2, 1, 1])
+    results = [demo.PolicyResult("s1", policy, stats, 1.0, 2.0, True)
+               for policy in (*demo.POLICIES, demo.FIXED)]
+    png = tmp_path / "plot.png"
+    assert demo.plot(results, png, 3) == [*demo.POLICIES, demo.FIXED]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert demo.plot(results[:3], png, 3) == list(demo.POLICIES)
