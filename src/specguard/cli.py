@@ -210,7 +210,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                  "format, a module map coloured by stored format with misrouted cells marked, the findings "
                  "with their rule pages, and the config change `specguard fix` would write.")
     _source_args(p)
-    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)")
+    _draft_args(p, "separate drafter checkpoint (DSpark/EAGLE speculative_config.model)", every_engine=True)
     p.add_argument("-o", "--output", metavar="FILE", help="the HTML file to write (default: specguard-report.html)")
     p.add_argument("--fail-on", choices=[*SEVERITIES, "never"], default="warning",
                    help="the lint threshold whose exit code the summary states (default: warning)")

@@ -209,3 +209,16 @@ def test_the_first_tab_stop_is_the_marked_cell(browser, s1_page):
     page.key(" ")
     assert "misrouted" in page.evaluate("document.getElementById('details').innerText")
     assert page.console == []
+
+
+def test_every_engine_side_by_side(scenarios, tmp_path, capsys):
+    """``--engine all``: one summary row and one mark per modelled engine, in the same cells."""
+    out = tmp_path / "all.html"
+    code, said = _report(capsys, str(scenarios["s1"].path), "--engine", "all", "-o", str(out))
+    assert code == 0 and "vLLM 0.32" in said and "vLLM 0.33" in said
+    data = _data(out.read_text())
+    assert [g["name"] for g in data["engines"]] == ["vLLM 0.33 on cuda", "vLLM 0.32 on cuda"]
+    marked = [c for c in data["cells"] if any(c["marks"])]
+    assert len(marked) == 1 and marked[0]["marks"] == ["misrouted", "misrouted"]
+    assert {data["routes"][i]["prefix"] for i in marked[0]["routes"]} == {"model.layers.2.ffn.experts"}
+    assert {len(r["built"]) for r in data["routes"]} == {2}

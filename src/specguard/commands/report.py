@@ -66,13 +66,24 @@ class EngineView:
 def run_report(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("specguard-report.html")
     _check_writable(out)
-    rs = open_resolvers(args)
-    view = EngineView(_engine_name(rs[0]), rs, lint(rs))
-    view.routes = [(r, rt) for r in rs for rt in r.routes()]
-    page = render_page(build_report([view], fix=_fix_section(args, rs), fail_on=args.fail_on))
+    views = []
+    for key in _engine_keys(args):
+        rs = open_resolvers(args, key)
+        view = EngineView(_engine_name(rs[0]), rs, lint(rs))
+        view.routes = [(r, rt) for r in rs for rt in r.routes()]
+        views.append(view)
+    page = render_page(build_report(views, fix=_fix_section(args, views[0].resolvers), fail_on=args.fail_on))
     _write(out, page)
-    print(f"wrote {out} ({_size(len(page.encode()))}): {_summary_line([view], args.fail_on)}")
+    print(f"wrote {out} ({_size(len(page.encode()))}): {_summary_line(views, args.fail_on)}")
     return 0
+
+
+def _engine_keys(args: argparse.Namespace) -> list[str]:
+    """``--engine all``: every modelled engine; else the one chosen (default: the installed one)."""
+    from specguard.engines.registry import installed, keys
+
+    choice = getattr(args, "engine", None)
+    return list(keys()) if choice == "all" else [choice or installed()]
 
 
 def _engine_name(r: Resolver) -> str:
