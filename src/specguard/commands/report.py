@@ -118,14 +118,13 @@ def _size(n: int) -> str:
 
 def _fix_section(args: argparse.Namespace, rs: list[Resolver]) -> dict:
     """The config change `specguard fix --platform P --diff` prints, or why there is none."""
-    from specguard.repair import make_plan
     from specguard.repair.diff import config_diff
+    from specguard.repair.plan import plan_for
 
     target = rs[0].checkpoint
-    drafter = rs[1].checkpoint if len(rs) > 1 else None
     command = f"specguard fix {target.name} --platform {args.platform} --out DIR"
     try:
-        plan = make_plan(target, drafter, (args.platform,), args.draft_method)
+        plan = plan_for([(args.platform, rs)])  # `fix`'s planner on the routes already made: no second pass
     except SpecguardError as e:
         return {"state": "unrepairable", "command": command, "why": str(e)}
     if plan.clean:
