@@ -33,12 +33,10 @@ def _script(name: str):
 
 truth_script = _script("published_truth")
 published = truth_script._published()
-PLANS = pytest.mark.xfail(strict=True, reason="needs recorded plans (issue 26, i26a)")
-# GLM's nextn eh_proj is a plain nn.Linear (glm4_moe_mtp.py); specguard's hand-written GLM
-# layout does not know it, so where no exclusion covers it, it is claimed ModelOptLinearMethod.
-NEEDS_PLANS = {"glm-4.7-nvfp4-mtp-not-excluded"}
+# GLM's nextn eh_proj is a plain nn.Linear (glm4_moe_mtp.py): the recorded GLM plan says so, so
+# where no exclusion covers it specguard no longer claims it ModelOptLinearMethod.
 NAMES = sorted(p.parent.name for p in DATA.glob("*/truth.json"))
-CASES = [pytest.param(n, marks=PLANS) if n in NEEDS_PLANS else n for n in NAMES]
+CASES = NAMES
 UNQUANTIZED = {"UnquantizedLinearMethod", "UnquantizedEmbeddingMethod", "UnquantizedFusedMoEMethod"}
 
 
