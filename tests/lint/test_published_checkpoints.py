@@ -34,7 +34,7 @@ EXPECTED = {
     "mimo-7b": set(),
     "gpt-oss-20b": set(),
     "eagle3-llama3.1-8b": set(),
-    # GLM-4.7 NVFP4 with the nextn layer grafted in BF16 (SOURCES.md): excluded by its runtime
+    # GLM-4.7 NVFP4 with the nextn layer grafted in BF16 (tests/data/published/SOURCES.md): excluded by its runtime
     # prefix it loads; not excluded, vLLM builds its attention, experts and head NVFP4 over BF16
     # (truth.json: ModelOpt's real get_quant_method); excluded by checkpoint names, its head
     # (runtime prefix model.layers.N.head) is still built NVFP4 and the entry is dead.
