@@ -24,6 +24,7 @@ from pathlib import Path
 
 from specguard._version import __version__
 from specguard.commands.lint import exit_code as lint_exit_code
+from specguard.commands.output import human_bytes
 from specguard.commands.route import resolvers as open_resolvers
 from specguard.commands.route import route_record
 from specguard.errors import SpecguardError, UsageError
@@ -366,7 +367,7 @@ def _summary_html(data: dict) -> str:
     total = sum(b["bytes"] for b in data["bytes_by_format"]) or 1
     bars = "".join(
         f'<li><span class="sw fmt-{_fmt_class(b["format"])}" aria-hidden="true"></span>'
-        f'<span class="fname">{e(b["format"])}</span> {_human(b["bytes"])} '
+        f'<span class="fname">{e(b["format"])}</span> {human_bytes(b["bytes"])} '
         f'<span class="pct">({100 * b["bytes"] / total:.1f} %)</span></li>' for b in data["bytes_by_format"])
     return (
         '<section id="summary" aria-labelledby="summary-h"><h2 id="summary-h">Summary</h2>'
@@ -384,14 +385,6 @@ _STYLED = frozenset({"bf16", "fp16", "fp32", "f32", "fp8_block", "fp8_tensor", "
 def _fmt_class(fmt: str) -> str:
     """The CSS class of a format's colour; formats without their own colour share one."""
     return fmt if fmt in _STYLED else "other"
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
 
 
 _ABBR = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8_block": "f8b", "fp8_tensor": "f8t",
