@@ -181,7 +181,7 @@ def test_lint_says_what_route_says_is_declared(scenarios, name):
 
 @pytest.mark.parametrize("name", sorted(n for n, codes in EXPECTED.items() if any(c.startswith("SG2") for c in codes)))
 def test_routing_findings_name_modules_one_way(scenarios, name):
-    """Issue 24 item 6: every SG2xx finding lists checkpoint names in ``modules`` and the engine's
+    """Issue 24: every SG2xx finding lists checkpoint names in ``modules`` and the engine's
     runtime prefixes in ``data["runtime_prefixes"]`` (SG203 had only the first, while its fix
     targets the second): the modules are exactly those behind the prefixes, and the fix targets them."""
     rs = resolvers_for(scenarios[name])
