@@ -65,11 +65,11 @@ def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator
         yield key[1:], routes, owner[key[0]]
 
 
-def _names(routes: Sequence[Route]) -> tuple[str, ...]:
+def _names(routes: Sequence[Built | Route]) -> tuple[str, ...]:
     return tuple(n for rt in routes for n in rt.checkpoint_names)
 
 
-def _named(routes: Sequence[Route], **data: object) -> dict[str, object]:
+def _named(routes: Sequence[Built | Route], **data: object) -> dict[str, object]:
     """Every SG2xx finding names its modules twice, one way each: ``modules`` holds the
     checkpoint names, ``data["runtime_prefixes"]`` the engine's prefixes its message and
     its fix's targets use."""
