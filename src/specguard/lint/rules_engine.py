@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from specguard.engines import Refusal
 from specguard.engines.vllm.loader import FAILS, PROJECTIONS, SKIPPED, expert_load, expert_module_mapped, renamed
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
@@ -25,9 +26,16 @@ def will_not_start(ctx: LintContext) -> Iterator[Finding]:
             yield SG701.finding(f"{res.vllm.name} will not start: it stops at {why.stage} with {why.raises}, because "
                 f"{why.because}{where}",
                 why.names,
-                "store the checkpoint in a format this engine loads (`specguard rule SG701`)",
+                _fix(why),
                 data={"stage": why.stage, "raises": why.raises},
             )
+
+
+def _fix(why: Refusal) -> str:
+    if "are not supported" in why.raises:  # the registry lookup: no storage change helps
+        return ("name an architecture this engine's registry has in config.json `architectures`, or serve "
+                "with an engine that has it (`specguard route --engine all`)")
+    return "store the checkpoint in a format this engine loads (`specguard rule SG701`)"
 
 
 # A name whose part after its first ``.experts`` is mapped whatever its parameter

@@ -51,7 +51,7 @@ SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
-        if not patterns:
+        if not patterns or _never_starts(r):
             continue
         modules = list(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per module
@@ -78,6 +78,12 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 if not hits:
                     continue
             yield _finding(ctx, r, pat, hits, checkpoint)
+
+
+def _never_starts(r: Resolver) -> bool:
+    """The engine refuses the architecture itself (SG701): it matches no pattern against anything."""
+    check = getattr(r.vllm, "unsupported_architecture", None)
+    return check is not None and check() is not None
 
 
 def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex) -> Finding:

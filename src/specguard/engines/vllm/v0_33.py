@@ -269,6 +269,14 @@ class Vllm033:
         config names is in vLLM 0.33's registry (recorded: plans/vllm-0.33/_registry.json),
         nor served by its Transformers backend (``_try_resolve_transformers``: a class
         transformers exports, or remote code named in ``auto_map``)."""
+        if not self._looked_up:
+            self._unsupported, self._looked_up = self._unsupported_architecture(), True
+        return self._unsupported
+
+    _looked_up: bool = False  # per model: every route asks
+    _unsupported: Refusal | None = None
+
+    def _unsupported_architecture(self) -> Refusal | None:
         archs = self.config.get("architectures")
         known = plans.supported_architectures(self.plan_engine)
         if not isinstance(archs, list) or not archs or known is None or self.config.get("auto_map"):
@@ -373,6 +381,10 @@ class Vllm033:
         """What stands in for ``builds`` when the ``model`` does not build this stored
         module at all (None: it does). A module the engine model does not know is
         never assumed to be a quantized linear: no claim."""
+        refused = self.unsupported_architecture()
+        if refused is not None:  # the registry lookup fails before any layer is built
+            stops = f"{self.name} will not start: {refused.because}"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=stops), "not built", stops, None)
         model = model or self._model_of(prefix)
         why = self._foreign(prefix, model)
         if why is None:
