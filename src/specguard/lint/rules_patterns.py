@@ -8,7 +8,6 @@ from dataclasses import replace
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
 from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
-from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import ROUTED_EXPERTS
@@ -29,7 +28,7 @@ def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
     if pat.semantics != FNMATCHCASE:
         return runtime
     n = r.layout.num_hidden_layers
-    return [x for x in (v41_ignore_name(p, n) for p in runtime) if x is not None]
+    return [x for x in (r.vllm.v41_ignore_name(p, n) for p in runtime) if x is not None]
 
 
 def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
@@ -37,7 +36,7 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     DeepSeek-V4 weights mapper first (``mtp.*`` -> ``model.mtp.*``)."""
     out = [pat]
     if pat.semantics in _VLLM and model_type_of(r.config) in DEEPSEEK_V4_TYPES:
-        renamed = deepseek_v4_rename(pat.text, v41=is_deepseek_v41(r.config))
+        renamed = r.vllm.exclusion_rename(pat.text, v41=is_deepseek_v41(r.config))
         if renamed != pat.text:
             out.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
     return out
@@ -135,7 +134,7 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
         candidates.append(([ConfigEdit(file, path, "splice", proposal, index)], intended,
                            "the entry then matches the runtime prefixes the engine tests"))
     elif intended:
-        names = sorted({x for x in (v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
+        names = sorted({x for x in (r.vllm.v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
         candidates.append(([ConfigEdit(file, path, "splice", names, index)], intended,
                            "the checkpoint-style expert names the V4.1 quant config matches"))
     candidates.append(([drop], [], "it excludes nothing"))
