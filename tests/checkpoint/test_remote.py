@@ -387,3 +387,45 @@ def test_damaged_cache_entry_is_a_miss_and_the_next_audit_repairs_it(hub_env, mo
         assert [r.method for r in hub.requests] == ["HEAD"]  # repaired: a hit again
     _same(first, again)
     _same(first, third)
+
+
+def test_second_command_of_a_commit_replays_its_output(hub_env, monkeypatch, capsys):
+    """inspect/route/lint --remote of a commit seen with the same options: the kept output
+    and exit code after one HEAD, the command itself not run; anything that may change the
+    answer (options, specguard's version, its files, a new commit) runs it again."""
+    import specguard.cli as cli
+    from specguard.commands import replay
+
+    _many_shards(hub_env / "repo", shards=4)
+    ran: list[str] = []
+    for name in ("_run_inspect", "_run_lint"):
+        real = getattr(cli, name)
+        monkeypatch.setattr(cli, name, lambda args, real=real, name=name: ran.append(name) or real(args))
+
+    def audit(*argv: str) -> tuple[int, str, str, list[str]]:
+        hub.reset()
+        ran.clear()
+        code = main([*argv, "acme/many", "--remote"])
+        out, err = capsys.readouterr()
+        return code, out, err, [r.method for r in hub.requests]
+
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        code, first, _, asked = audit("inspect")
+        assert code == 0 and ran == ["_run_inspect"] and len(asked) == 4 + 3
+        code, again, _, asked = audit("inspect")
+        assert (code, again, asked, ran) == (0, first, ["HEAD"], [])  # replayed: not run
+        code, as_json, _, asked = audit("inspect", "--json")  # other options: run, on the cached headers
+        assert ran == ["_run_inspect"] and asked == ["HEAD"] and as_json != first
+        lint_code, lint_out, lint_err, _ = audit("lint")
+        assert ran == ["_run_lint"] and lint_code == 1  # the NVFP4 claim on FP32 experts
+        assert audit("lint") == (lint_code, lint_out, lint_err, ["HEAD"]) and ran == []
+        monkeypatch.setattr("specguard._version.__version__", "0.0.0+other")  # another specguard
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == ["_run_inspect"]
+        monkeypatch.setattr(replay, "_package_files", lambda: [("rules_scales.py", 1, 2)])  # an edited file
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == ["_run_inspect"]
+        hub.commit = "d" * 40  # a push
+        assert audit("inspect")[1] == first and ran == ["_run_inspect"] and len(hub.requests) == 4 + 4
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == []
+    kept = list((hub_env / "xdg").rglob("*.v1"))
+    assert len(kept) == 5 + 1  # at c...: inspect, inspect --json, lint, another version, other files; at d...

@@ -69,6 +69,17 @@ def seen(endpoint: str, repo_id: str) -> bool:
 
 
 def load(path: Path | None) -> Snapshot | None:
+    payload = load_checked(path)
+    if payload is None:
+        return None
+    try:
+        return msgspec.msgpack.decode(payload, type=Snapshot)
+    except msgspec.DecodeError:
+        return None
+
+
+def load_checked(path: Path | None) -> memoryview | None:
+    """A file's payload when its checksum holds; None when absent, unreadable or damaged."""
     if path is None:
         return None
     try:
@@ -78,10 +89,7 @@ def load(path: Path | None) -> Snapshot | None:
     payload = memoryview(data)[len(_MAGIC) + _DIGEST:]
     if not data.startswith(_MAGIC) or data[len(_MAGIC) : len(_MAGIC) + _DIGEST] != _checksum(payload):
         return None
-    try:
-        return msgspec.msgpack.decode(payload, type=Snapshot)
-    except msgspec.DecodeError:
-        return None
+    return payload
 
 
 def _checksum(payload: bytes | memoryview) -> bytes:
@@ -89,6 +97,10 @@ def _checksum(payload: bytes | memoryview) -> bytes:
 
 
 def save(path: Path | None, snapshot: Snapshot) -> None:
+    save_checked(path, msgspec.msgpack.encode(snapshot))
+
+
+def save_checked(path: Path | None, payload: bytes) -> None:
     """Written to a temporary file beside it, then renamed: readers see all or nothing.
     A cache that cannot be written (read-only home, no home) only costs the next audit its requests."""
     if path is None:
@@ -97,7 +109,6 @@ def save(path: Path | None, snapshot: Snapshot) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
-            payload = msgspec.msgpack.encode(snapshot)
             with os.fdopen(fd, "wb") as f:
                 f.write(_MAGIC + _checksum(payload) + payload)
             os.replace(tmp, path)

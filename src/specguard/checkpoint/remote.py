@@ -72,9 +72,11 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
     hub.connect()
     try:
         if cache.seen(hub.endpoint, repo_id):
-            commit, indexed = hub.lookup(revision)
+            looked_up = _RESOLVED.pop((hub.endpoint, repo_id, revision), None)
+            commit, indexed = looked_up or hub.lookup(revision)
             snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, commit))
             if snapshot is not None:
+                _COMMITS[(hub.endpoint, repo_id, revision)] = commit
                 return _build(repo_id, commit, snapshot)
             index, fetch_index = None, indexed  # the index travels with the configs
         else:
@@ -84,7 +86,42 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
     finally:
         hub.close()
     cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
+    _COMMITS[(hub.endpoint, repo_id, revision)] = commit
     return checkpoint
+
+
+# (endpoint, repo, revision) -> (commit, has an index): a lookup resolve() made, which
+# this process's open_remote uses instead of asking again.
+_RESOLVED: dict[tuple[str, str, str | None], tuple[str, bool]] = {}
+
+
+# (endpoint, repo, revision) -> the commit this process read it at (open_remote).
+_COMMITS: dict[tuple[str, str, str | None], str] = {}
+
+
+def read_at(repo_id: str, revision: str | None) -> tuple[str, str] | None:
+    """(endpoint, commit) at which this process read ``revision`` of the repo, if it did."""
+    endpoint = _Hub(repo_id).endpoint
+    commit = _COMMITS.get((endpoint, repo_id, revision))
+    return None if commit is None else (endpoint, commit)
+
+
+def resolve(repo_id: str, revision: str | None) -> tuple[str, str] | None:
+    """(endpoint, commit) of ``revision`` for a repo audited here before (one HEAD; none
+    for a commit hash), else None: a first audit learns its commit from the index it reads.
+    The open_remote that follows in this process reuses the answer."""
+    hub = _Hub(repo_id)
+    if revision and _COMMIT.match(revision):
+        return hub.endpoint, revision
+    if not cache.seen(hub.endpoint, repo_id):
+        return None
+    hub.connect()
+    try:
+        commit, indexed = hub.lookup(revision)
+    finally:
+        hub.close()
+    _RESOLVED[(hub.endpoint, repo_id, revision)] = (commit, indexed)
+    return hub.endpoint, commit
 
 
 class _Hub:

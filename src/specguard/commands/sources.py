@@ -25,7 +25,8 @@ SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 @contextmanager
 def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     """A transient bar on stderr, drawn only on a terminal (never into pipes or logs)."""
-    console = Console(stderr=True)
+    # a terminal's bar, never part of a kept audit's output (commands/replay.py)
+    console = Console(file=getattr(sys.stderr, "unrecorded", sys.stderr))
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)
     task = None
 
