@@ -409,12 +409,14 @@ def test_second_command_of_a_commit_replays_its_output(hub_env, monkeypatch, cap
         out, err = capsys.readouterr()
         return code, out, err, [r.method for r in hub.requests]
 
+    monkeypatch.setenv("HF_TOKEN", "hf_specguardtesttoken")
     with HubServer({"acme/many": hub_env / "repo"}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         code, first, _, asked = audit("inspect")
         assert code == 0 and ran == ["_run_inspect"] and len(asked) == 4 + 3
         code, again, _, asked = audit("inspect")
         assert (code, again, asked, ran) == (0, first, ["HEAD"], [])  # replayed: not run
+        assert hub.requests[0].authorization == "Bearer hf_specguardtesttoken"  # the plain lookup's too
         code, as_json, _, asked = audit("inspect", "--json")  # other options: run, on the cached headers
         assert ran == ["_run_inspect"] and asked == ["HEAD"] and as_json != first
         lint_code, lint_out, lint_err, _ = audit("lint")
@@ -429,3 +431,35 @@ def test_second_command_of_a_commit_replays_its_output(hub_env, monkeypatch, cap
         assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == []
     kept = list((hub_env / "xdg").rglob("*.v1"))
     assert len(kept) == 5 + 1  # at c...: inspect, inspect --json, lint, another version, other files; at d...
+
+
+@pytest.mark.parametrize("case", ["none", "env", "saved", "disabled", "oauth", "oidc"])
+def test_plain_lookup_sends_the_token_huggingface_hub_sends(tmp_path, monkeypatch, case):
+    """revision.py's lookup without huggingface_hub: the token build_hf_headers() sends, or
+    (OIDC, a refreshable OAuth login) no certainty, and then huggingface_hub's own client."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
+
+    from specguard.checkpoint.revision import plain_token
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "stored_tokens"))
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", case == "disabled")
+    if case in ("env", "disabled"):
+        monkeypatch.setenv("HF_TOKEN", " hf_fromenv\n")
+    if case in ("saved", "oauth", "disabled"):
+        (tmp_path / "token").write_text("hf_saved\n")
+    if case == "oauth":
+        (tmp_path / "stored_tokens").write_text("[web]\nhf_token = hf_saved\nrefresh_token = r\n"
+                                                "expires_at = 99999999999\n")
+    if case == "oidc":
+        monkeypatch.setenv("HF_OIDC_RESOURCE", "acme/x")
+    certain, token = plain_token()
+    if case in ("oauth", "oidc"):
+        assert (certain, token) == (False, None)
+        return
+    assert certain
+    assert build_hf_headers().get("authorization") == (None if token is None else f"Bearer {token}")
+    assert token == {"none": None, "env": "hf_fromenv", "saved": "hf_saved", "disabled": None}[case]

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from specguard.usage import isatty
+
 VERSION = 1
 # What rich and terminal.py read from the environment to decide widths and colours.
 _RENDER_ENV = ("COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
@@ -33,16 +35,16 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
     """``run(args)``, or its kept output when this exact audit of this commit was kept."""
     if not _keepable(args):
         return run(args)
-    from specguard.checkpoint import cache
-    from specguard.checkpoint.remote import read_at, resolve
+    from specguard.checkpoint import kept
+    from specguard.checkpoint.revision import read_at, resolve
 
     resolved = resolve(args.source, args.revision)  # None: a first audit, which learns its commit as it reads
     if resolved is not None:
-        kept = _load(_entry(args, *resolved))
-        if kept is not None:
-            for to_stderr, text in kept[1]:
+        answer = _load(_entry(args, *resolved))
+        if answer is not None:
+            for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
-            return kept[0]
+            return answer[0]
     out, err = _Recorder(sys.stdout, False), _Recorder(sys.stderr, True)
     chunks: list[tuple[bool, str]] = []
     out.chunks = err.chunks = chunks
@@ -53,9 +55,9 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
         sys.stdout, sys.stderr = out.stream, err.stream
     read = read_at(args.source, args.revision)
     if not out.broken and not err.broken and read is not None:
-        import msgspec
+        import json
 
-        cache.save_checked(_entry(args, *read), msgspec.msgpack.encode((code, chunks)))
+        kept.save_checked(_entry(args, *read), json.dumps([code, chunks]).encode())
     return code
 
 
@@ -67,24 +69,28 @@ def _keepable(args: argparse.Namespace) -> bool:
 
 
 def _load(path: Path | None) -> tuple[int, list[tuple[bool, str]]] | None:
-    from specguard.checkpoint import cache
+    """The kept (exit code, output chunks), or None: absent, damaged or of another shape."""
+    import json
 
-    kept = cache.load_checked(path)
-    if kept is None:
+    from specguard.checkpoint import kept
+
+    payload = kept.load_checked(path)
+    if payload is None:
         return None
-    import msgspec
-
     try:
-        return msgspec.msgpack.decode(kept, type=tuple[int, list[tuple[bool, str]]])
-    except msgspec.DecodeError:
-        return None
+        code, chunks = json.loads(bytes(payload))
+        if isinstance(code, int) and all(isinstance(e, bool) and isinstance(t, str) for e, t in chunks):
+            return code, chunks
+    except (ValueError, TypeError):
+        pass
+    return None
 
 
 def _entry(args: argparse.Namespace, endpoint: str, commit: str) -> Path | None:
     """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py)."""
-    from specguard.checkpoint import cache
+    from specguard.checkpoint import kept
 
-    snapshot = cache.snapshot_path(endpoint, args.source, commit)
+    snapshot = kept.snapshot_path(endpoint, args.source, commit)
     if snapshot is None:
         return None
     return snapshot.parent / "results" / commit / f"{_key(args)}.v{VERSION}"
@@ -127,16 +133,9 @@ def _import_path() -> list[tuple[str, int]]:
 
 
 def _rendering() -> list[Any]:
-    ttys = [_isatty(s) for s in (sys.stdout, sys.stderr)]
+    ttys = [isatty(s) for s in (sys.stdout, sys.stderr)]
     size = tuple(shutil.get_terminal_size((0, 0))) if ttys[0] else None
     return [ttys, size, getattr(sys.stdout, "encoding", None), [(v, os.environ.get(v)) for v in _RENDER_ENV]]
-
-
-def _isatty(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 class _Recorder:
