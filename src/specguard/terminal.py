@@ -21,8 +21,6 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from specguard.usage import isatty
-
 __all__ = ["console", "escape", "print_table"]
 
 PIPE_WIDTH = 4096  # wide enough that no table row of ours wraps in a pipe
@@ -40,11 +38,18 @@ class _Console(Console):
 def console(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
     """A console for stdout (or ``file``/stderr): the terminal's width, or unwrapped in a pipe."""
     stream = file or (sys.stderr if stderr else sys.stdout)
-    if isatty(stream):
+    if _isatty(stream):
         return _Console(file=stream, highlight=False)
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
     return _Console(file=stream, width=width, soft_wrap=True, highlight=False)
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def print_table(out: Console, table: Table) -> None:

@@ -18,7 +18,7 @@ from specguard.errors import SpecguardError, UsageError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import IO, NoReturn
+    from typing import NoReturn
 
 PROG = "specguard"  # every error line's prefix, whichever command (factory, demo) printed it
 EXIT_BAD_INPUT = 2
@@ -53,11 +53,3 @@ def reader_gone(code: int) -> int:
         return code
     os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     return code
-
-
-def isatty(stream: IO[str]) -> bool:
-    """Whether ``stream`` is a terminal (False for a closed stream or a test's capture)."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from specguard.usage import isatty
-
 VERSION = 1
 # What rich and terminal.py read from the environment to decide widths and colours.
 _RENDER_ENV = ("COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
@@ -133,9 +131,16 @@ def _import_path() -> list[tuple[str, int]]:
 
 
 def _rendering() -> list[Any]:
-    ttys = [isatty(s) for s in (sys.stdout, sys.stderr)]
+    ttys = [_on_terminal(s) for s in (sys.stdout, sys.stderr)]
     size = tuple(shutil.get_terminal_size((0, 0))) if ttys[0] else None
     return [ttys, size, getattr(sys.stdout, "encoding", None), [(v, os.environ.get(v)) for v in _RENDER_ENV]]
+
+
+def _on_terminal(stream: IO[str]) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, ValueError, OSError):  # a closed stream, a test's capture
+        return False
 
 
 class _Recorder:
