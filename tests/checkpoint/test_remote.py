@@ -463,3 +463,22 @@ def test_plain_lookup_sends_the_token_huggingface_hub_sends(tmp_path, monkeypatc
     assert certain
     assert build_hf_headers().get("authorization") == (None if token is None else f"Bearer {token}")
     assert token == {"none": None, "env": "hf_fromenv", "saved": "hf_saved", "disabled": None}[case]
+
+
+def test_replay_lookup_the_plain_client_cannot_vouch_for_goes_to_the_full_one(hub_env, monkeypatch, capsys):
+    """A 503 on the replay's HEAD: the full client retries it (two HEADs, the output kept);
+    a repo gone private since: the full client's one line, exit 2, nothing printed from the kept run."""
+    _many_shards(hub_env / "repo", shards=2)
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        first = capsys.readouterr().out
+        hub.reset()
+        hub.script[INDEX] = [Answer(503, {})]
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        assert capsys.readouterr().out == first and [r.method for r in hub.requests] == ["HEAD", "HEAD"]
+        gone = Answer(401, {"X-Error-Code": "RepoNotFound"})
+        hub.script[INDEX] = [gone, gone]
+        assert main(["inspect", "acme/many", "--remote"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "repository not found (HTTP 401)" in err and len(err.splitlines()) == 1
