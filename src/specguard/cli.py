@@ -46,19 +46,41 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remote", action="store_true", help="read headers over HTTP (range requests) if not cached")
 
 
+def _kept(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """A remote audit's output kept by commit (commands/replay.py); the command's modules
+    are imported only when it runs."""
+    if not args.remote:
+        return run(args)
+    from specguard.commands.replay import run_cached
+
+    return run_cached(args, run)
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    return _kept(args, _run_inspect)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
     from specguard.commands.inspect import run_inspect
 
     return run_inspect(args)
 
 
 def _cmd_route(args: argparse.Namespace) -> int:
+    return _kept(args, _run_route)
+
+
+def _run_route(args: argparse.Namespace) -> int:
     from specguard.commands.route import run_route
 
     return run_route(args)
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
+    return _kept(args, _run_lint)
+
+
+def _run_lint(args: argparse.Namespace) -> int:
     from specguard.commands.lint import run_lint
 
     return run_lint(args)

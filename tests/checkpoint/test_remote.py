@@ -387,3 +387,98 @@ def test_damaged_cache_entry_is_a_miss_and_the_next_audit_repairs_it(hub_env, mo
         assert [r.method for r in hub.requests] == ["HEAD"]  # repaired: a hit again
     _same(first, again)
     _same(first, third)
+
+
+def test_second_command_of_a_commit_replays_its_output(hub_env, monkeypatch, capsys):
+    """inspect/route/lint --remote of a commit seen with the same options: the kept output
+    and exit code after one HEAD, the command itself not run; anything that may change the
+    answer (options, specguard's version, its files, a new commit) runs it again."""
+    import specguard.cli as cli
+    from specguard.commands import replay
+
+    _many_shards(hub_env / "repo", shards=4)
+    ran: list[str] = []
+    for name in ("_run_inspect", "_run_lint"):
+        real = getattr(cli, name)
+        monkeypatch.setattr(cli, name, lambda args, real=real, name=name: ran.append(name) or real(args))
+
+    def audit(*argv: str) -> tuple[int, str, str, list[str]]:
+        hub.reset()
+        ran.clear()
+        code = main([*argv, "acme/many", "--remote"])
+        out, err = capsys.readouterr()
+        return code, out, err, [r.method for r in hub.requests]
+
+    monkeypatch.setenv("HF_TOKEN", "hf_specguardtesttoken")
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        code, first, _, asked = audit("inspect")
+        assert code == 0 and ran == ["_run_inspect"] and len(asked) == 4 + 3
+        code, again, _, asked = audit("inspect")
+        assert (code, again, asked, ran) == (0, first, ["HEAD"], [])  # replayed: not run
+        assert hub.requests[0].authorization == "Bearer hf_specguardtesttoken"  # the plain lookup's too
+        code, as_json, _, asked = audit("inspect", "--json")  # other options: run, on the cached headers
+        assert ran == ["_run_inspect"] and asked == ["HEAD"] and as_json != first
+        lint_code, lint_out, lint_err, _ = audit("lint")
+        assert ran == ["_run_lint"] and lint_code == 1  # the NVFP4 claim on FP32 experts
+        assert audit("lint") == (lint_code, lint_out, lint_err, ["HEAD"]) and ran == []
+        monkeypatch.setattr("specguard._version.__version__", "0.0.0+other")  # another specguard
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == ["_run_inspect"]
+        monkeypatch.setattr(replay, "_package_files", lambda: [("rules_scales.py", 1, 2)])  # an edited file
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == ["_run_inspect"]
+        hub.commit = "d" * 40  # a push
+        assert audit("inspect")[1] == first and ran == ["_run_inspect"] and len(hub.requests) == 4 + 4
+        assert audit("inspect")[1:] == (first, "", ["HEAD"]) and ran == []
+    kept = list((hub_env / "xdg").rglob("*.v1"))
+    assert len(kept) == 5 + 1  # at c...: inspect, inspect --json, lint, another version, other files; at d...
+
+
+@pytest.mark.parametrize("case", ["none", "env", "saved", "disabled", "oauth", "oidc"])
+def test_plain_lookup_sends_the_token_huggingface_hub_sends(tmp_path, monkeypatch, case):
+    """revision.py's lookup without huggingface_hub: the token build_hf_headers() sends, or
+    (OIDC, a refreshable OAuth login) no certainty, and then huggingface_hub's own client."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
+
+    from specguard.checkpoint.revision import plain_token
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "stored_tokens"))
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", case == "disabled")
+    if case in ("env", "disabled"):
+        monkeypatch.setenv("HF_TOKEN", " hf_fromenv\n")
+    if case in ("saved", "oauth", "disabled"):
+        (tmp_path / "token").write_text("hf_saved\n")
+    if case == "oauth":
+        (tmp_path / "stored_tokens").write_text("[web]\nhf_token = hf_saved\nrefresh_token = r\n"
+                                                "expires_at = 99999999999\n")
+    if case == "oidc":
+        monkeypatch.setenv("HF_OIDC_RESOURCE", "acme/x")
+    certain, token = plain_token()
+    if case in ("oauth", "oidc"):
+        assert (certain, token) == (False, None)
+        return
+    assert certain
+    assert build_hf_headers().get("authorization") == (None if token is None else f"Bearer {token}")
+    assert token == {"none": None, "env": "hf_fromenv", "saved": "hf_saved", "disabled": None}[case]
+
+
+def test_replay_lookup_the_plain_client_cannot_vouch_for_goes_to_the_full_one(hub_env, monkeypatch, capsys):
+    """A 503 on the replay's HEAD: the full client retries it (two HEADs, the output kept);
+    a repo gone private since: the full client's one line, exit 2, nothing printed from the kept run."""
+    _many_shards(hub_env / "repo", shards=2)
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        first = capsys.readouterr().out
+        hub.reset()
+        hub.script[INDEX] = [Answer(503, {})]
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        assert capsys.readouterr().out == first and [r.method for r in hub.requests] == ["HEAD", "HEAD"]
+        gone = Answer(401, {"X-Error-Code": "RepoNotFound"})
+        hub.script[INDEX] = [gone, gone]
+        assert main(["inspect", "acme/many", "--remote"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "repository not found (HTTP 401)" in err and len(err.splitlines()) == 1

@@ -24,13 +24,13 @@ gated, rate-limited).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal
 
 from specguard.checkpoint import cache
+from specguard.checkpoint import revision as revision_
 from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import MAX_HEADER, FileHeader, check_header_length, parse_header
@@ -46,6 +46,7 @@ from specguard.checkpoint.index import (
     load_json,
     merge,
 )
+from specguard.checkpoint.revision import COMMIT
 
 # Requests in flight at once. The Hub counts requests per 5-minute window (its
 # resolver quota is in the thousands even for anonymous users), not open
@@ -58,23 +59,24 @@ CALIBRATE_FROM = 16  # tensors a shard needs before its bytes per entry size the
 SLACK = 256  # bytes per first read beyond the estimate (metadata, padding)
 SMALL_FILE = MAX_HEADER  # the most an index or config answer may hold (a shard header's own cap)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 Progress = Callable[[int, int], None]
 
 
 def open_remote(repo_id: str, revision: str | None, progress: Progress | None = None) -> Checkpoint:
     hub = _Hub(repo_id)
-    if revision and _COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
+    if revision and COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
         snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, revision))
         if snapshot is not None:
             return _build(repo_id, revision, snapshot)
     hub.connect()
     try:
         if cache.seen(hub.endpoint, repo_id):
-            commit, indexed = hub.lookup(revision)
+            looked_up = revision_.RESOLVED.pop((hub.endpoint, repo_id, revision), None)
+            commit, indexed = looked_up or hub.lookup(revision)
             snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, commit))
             if snapshot is not None:
+                revision_.READ[(hub.endpoint, repo_id, revision)] = commit
                 return _build(repo_id, commit, snapshot)
             index, fetch_index = None, indexed  # the index travels with the configs
         else:
@@ -84,17 +86,27 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
     finally:
         hub.close()
     cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
+    revision_.READ[(hub.endpoint, repo_id, revision)] = commit
     return checkpoint
+
+
+def lookup(repo_id: str, revision: str | None) -> tuple[str, bool]:
+    """The commit ``revision`` resolves to, and whether the repo has an index: one HEAD
+    through the full client (revision.py asks it where its plain case cannot)."""
+    hub = _Hub(repo_id)
+    hub.connect()
+    try:
+        return hub.lookup(revision)
+    finally:
+        hub.close()
 
 
 class _Hub:
     """Requests to one repo: the user's token on each, within the audit's limits (hubhttp.py)."""
 
     def __init__(self, repo_id: str) -> None:
-        from huggingface_hub import constants
-
         self.repo_id = repo_id
-        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.endpoint = revision_.endpoint()
         self.session: Session | None = None
 
     def connect(self) -> None:
@@ -141,11 +153,11 @@ class _Hub:
         """The commit the Hub resolved ``revision`` to: on its own answer, before any CDN redirect."""
         commit = r.commit
         if commit is None:
-            if revision and _COMMIT.match(revision):
+            if revision and COMMIT.match(revision):
                 return revision
             raise CheckpointError(self.repo_id, f"the server did not name the commit of {revision or 'main'} "
                                                 "(no X-Repo-Commit): not a Hugging Face Hub endpoint?")
-        if not _COMMIT.match(commit):
+        if not COMMIT.match(commit):
             raise CheckpointError(self.repo_id, f"the server named {commit[:60]!r} as the commit, not a hash")
         return commit
 

@@ -124,7 +124,9 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
            stored: Mapping[str, Scheme] | None = None) -> None:
     ckpt: Checkpoint = table.checkpoint
     stored = stored or {m.name: m.scheme for m in table}
-    runs = group_runs((m.name, (stored[m.name].short(), role_label(roles[m.name]), m.missing), m) for m in table)
+    sizes = {m.name: m.nbytes for m in table}  # once: the runs and the totals both sum them
+    labels = _labels(table, roles, stored)
+    runs = group_runs((m.name, (*labels[m.name], m.missing), m) for m in table)
     title = f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)"
     if ckpt.outside_index:  # read all the same: the stored truth (lint SG303/SG601 say what loaders do)
         files = sorted({ckpt.tensors[n].file for n in ckpt.outside_index})
@@ -145,20 +147,35 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
         if reason and stored[mods[0].name].format in ("unknown", "ambiguous"):
             label += f" [yellow]({escape(reason)})[/]"
         t.add_row(escape(run.label()), label, escape(role), str(len(mods)),
-                  human_bytes(sum(m.nbytes for m in mods)))
+                  human_bytes(sum(sizes[m.name] for m in mods)))
     print_table(console, t)
-    print_table(console, _totals(table, roles, stored))
+    print_table(console, _totals(table, labels, stored, sizes))
 
 
-def _totals(table: ModuleTable, roles: Mapping[str, Role], stored: Mapping[str, Scheme]) -> Table:
+def _labels(table: ModuleTable, roles: Mapping[str, Role], stored: Mapping[str, Scheme]) -> dict[str, tuple[str, str]]:
+    """Each module's (stored scheme, role) as shown, each distinct pair spelled once."""
+    spelled: dict[tuple[int, int], tuple[str, str]] = {}
+    out = {}
+    for m in table:
+        scheme, role = stored[m.name], roles[m.name]
+        key = (id(scheme), id(role))  # both live as long as the mappings: ids stay unique
+        pair = spelled.get(key)
+        if pair is None:
+            pair = spelled[key] = (scheme.short(), role_label(role))
+        out[m.name] = pair
+    return out
+
+
+def _totals(table: ModuleTable, labels: Mapping[str, tuple[str, str]], stored: Mapping[str, Scheme],
+            module_bytes: Mapping[str, int]) -> Table:
     t = Table(title="totals", title_justify="left")
     t.add_column("format")
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
     for m in table:
-        key = (stored[m.name].format, role_label(roles[m.name]))
+        key = (stored[m.name].format, labels[m.name][1])
         counts[key] += 1
-        sizes[key] += m.nbytes
+        sizes[key] += module_bytes[m.name]
     role_names = sorted({r for _, r in counts}, key=_role_order)
     for r in role_names:
         t.add_column(escape(r), justify="right")

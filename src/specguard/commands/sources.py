@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,13 +20,15 @@ from specguard.errors import LayoutError
 from specguard.formats.table import ModuleTable
 from specguard.layouts import GenericLayout, Role, layer_index, layout_for
 
+_EXPERT_INDEX = re.compile(r"\.experts\.\d+(?=\.|$)")  # layouts/base.py
 SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 
 
 @contextmanager
 def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     """A transient bar on stderr, drawn only on a terminal (never into pipes or logs)."""
-    console = Console(stderr=True)
+    # a terminal's bar, never part of a kept audit's output (commands/replay.py)
+    console = Console(file=getattr(sys.stderr, "unrecorded", sys.stderr))
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)
     task = None
 
@@ -108,4 +111,14 @@ def module_roles(table: ModuleTable) -> dict[str, Role]:
     except LayoutError:  # too little said, or implausible counts: roles from names alone
         deepest = max((layer_index(m.name) or 0 for m in table), default=0)
         layout = GenericLayout(deepest + 1)
-    return {m.name: layout.role(m.name) for m in table}
+    # Routed experts of one layer share a role (a layout places experts.N as experts.0):
+    # one question per projection, not per expert (~10,000 of a DeepSeek's modules).
+    by_generic: dict[str, Role] = {}
+    roles: dict[str, Role] = {}
+    for m in table:
+        generic = _EXPERT_INDEX.sub(".experts.0", m.name)
+        role = by_generic.get(generic)
+        if role is None:
+            role = by_generic[generic] = layout.role(generic)
+        roles[m.name] = role
+    return roles

@@ -1,0 +1,98 @@
+"""Checksummed files under specguard's cache directory, and where a remote repo's go.
+
+Standard library only: a replayed audit (commands/replay.py) reads its entry through
+this module before anything that parses checkpoints is imported. Each file carries a
+checksum of its bytes: a damaged entry (a flipped bit that still decodes, a file cut
+short) is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from specguard.errors import SpecguardError
+
+_MAGIC = b"specguard-remote\n"
+_DIGEST = 32  # bytes of the BLAKE2b checksum after the magic
+VERSION = 2  # of a remote audit's headers (cache.py Snapshot); v2: checksummed
+
+NO_CACHE = "set XDG_CACHE_HOME to a writable directory"
+
+
+def cache_root() -> Path:
+    """$XDG_CACHE_HOME/specguard, else ~/.cache/specguard; the sample checkpoint and the
+    remote audits share it. SpecguardError when there is no home to put it in (without
+    the check, ``~`` would stay literal and the cache would land in the working directory)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home == "~" or not os.path.isabs(home):  # no HOME and no passwd entry
+            raise SpecguardError(f"no home directory for specguard's cache; {NO_CACHE}")
+        base = os.path.join(home, ".cache")
+    return Path(base) / "specguard"
+
+
+def repo_folder(endpoint: str, repo_id: str) -> Path | None:
+    """The folder of one (server, repo): the server by a short hash of its URL. None
+    without a cache directory."""
+    try:
+        root = cache_root()
+    except SpecguardError:
+        return None
+    server = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
+    safe_repo = re.sub(r"[^\w.-]", "--", repo_id)
+    return root / "remote" / server / safe_repo
+
+
+def snapshot_path(endpoint: str, repo_id: str, commit: str) -> Path | None:
+    """One file per (server, repo, commit) ; None without a cache
+    directory: every audit is then a miss."""
+    folder = repo_folder(endpoint, repo_id)
+    return None if folder is None else folder / f"{commit}.v{VERSION}.msgpack"
+
+
+def seen(endpoint: str, repo_id: str) -> bool:
+    """Whether any commit of this repo was cached (then a HEAD first can save the index)."""
+    folder = repo_folder(endpoint, repo_id)
+    return folder is not None and folder.is_dir() and any(folder.glob(f"*.v{VERSION}.msgpack"))
+
+
+def load_checked(path: Path | None) -> memoryview | None:
+    """A file's payload when its checksum holds; None when absent, unreadable or damaged."""
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    payload = memoryview(data)[len(_MAGIC) + _DIGEST:]
+    if not data.startswith(_MAGIC) or data[len(_MAGIC) : len(_MAGIC) + _DIGEST] != _checksum(payload):
+        return None
+    return payload
+
+
+def _checksum(payload: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(payload, digest_size=_DIGEST).digest()
+
+
+def save_checked(path: Path | None, payload: bytes) -> None:
+    """Written to a temporary file beside it, then renamed: readers see all or nothing.
+    A cache that cannot be written (read-only home, no home) only costs the next audit its requests."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + _checksum(payload) + payload)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

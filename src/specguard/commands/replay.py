@@ -1,0 +1,175 @@
+"""A remote audit's finished output, kept by commit: a commit never changes, so the same
+command with the same options, by the same specguard in the same environment, prints the
+same bytes. A second ``inspect``/``route``/``lint --remote`` of a revision then costs the
+one request that resolves it (none for a commit hash), and neither parsing nor routing.
+
+The key holds everything the output depends on besides the commit: specguard's version and
+the size and time of every file of its package (an edited rule misses), the command's parsed
+options, the import path and each of its folders' times (an engine installed or upgraded
+misses), and what shapes the rendering (a terminal and its size, COLUMNS, colour settings).
+Only an answer the command gave in full is kept: an error, Ctrl-C or a reader gone early
+keeps nothing. A damaged entry is a miss (cache.py's checksum).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+VERSION = 1
+# What rich and terminal.py read from the environment to decide widths and colours.
+_RENDER_ENV = ("COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
+               "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
+_UNKEYED = frozenset({"func"})  # parsed options that are code, not answers
+
+
+def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """``run(args)``, or its kept output when this exact audit of this commit was kept."""
+    if not _keepable(args):
+        return run(args)
+    from specguard.checkpoint import kept
+    from specguard.checkpoint.revision import read_at, resolve
+
+    resolved = resolve(args.source, args.revision)  # None: a first audit, which learns its commit as it reads
+    if resolved is not None:
+        answer = _load(_entry(args, *resolved))
+        if answer is not None:
+            for to_stderr, text in answer[1]:
+                (sys.stderr if to_stderr else sys.stdout).write(text)
+            return answer[0]
+    out, err = _Recorder(sys.stdout, False), _Recorder(sys.stderr, True)
+    chunks: list[tuple[bool, str]] = []
+    out.chunks = err.chunks = chunks
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = run(args)
+    finally:
+        sys.stdout, sys.stderr = out.stream, err.stream
+    read = read_at(args.source, args.revision)
+    if not out.broken and not err.broken and read is not None:
+        import json
+
+        kept.save_checked(_entry(args, *read), json.dumps([code, chunks]).encode())
+    return code
+
+
+def _keepable(args: argparse.Namespace) -> bool:
+    """A remote audit of one repo (not of a local path, nor with a separate drafter)."""
+    if not getattr(args, "remote", False) or not args.source or getattr(args, "draft", None):
+        return False
+    return not Path(args.source).exists()  # a local path wins over a repo id (and a drafter may sit beside it)
+
+
+def _load(path: Path | None) -> tuple[int, list[tuple[bool, str]]] | None:
+    """The kept (exit code, output chunks), or None: absent, damaged or of another shape."""
+    import json
+
+    from specguard.checkpoint import kept
+
+    payload = kept.load_checked(path)
+    if payload is None:
+        return None
+    try:
+        code, chunks = json.loads(bytes(payload))
+        if isinstance(code, int) and all(isinstance(e, bool) and isinstance(t, str) for e, t in chunks):
+            return code, chunks
+    except (ValueError, TypeError):
+        pass
+    return None
+
+
+def _entry(args: argparse.Namespace, endpoint: str, commit: str) -> Path | None:
+    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py)."""
+    from specguard.checkpoint import kept
+
+    snapshot = kept.snapshot_path(endpoint, args.source, commit)
+    if snapshot is None:
+        return None
+    return snapshot.parent / "results" / commit / f"{_key(args)}.v{VERSION}"
+
+
+def _key(args: argparse.Namespace) -> str:
+    from specguard._version import __version__
+
+    options = sorted((k, repr(v)) for k, v in vars(args).items() if k not in _UNKEYED)
+    parts: list[Any] = [VERSION, __version__, _package_files(), options, _import_path(), _rendering()]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def _package_files() -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of every file of the specguard package: its code, plans and data."""
+    root = Path(__file__).resolve().parent.parent
+    found: list[tuple[str, int, int]] = []
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != "__pycache__":
+                        stack.append(e.path)
+                else:
+                    st = e.stat()
+                    found.append((e.path, st.st_size, st.st_mtime_ns))
+    return sorted(found)
+
+
+def _import_path() -> list[tuple[str, int]]:
+    """Each import path folder and its time: installing or removing a package changes it."""
+    times = []
+    for p in sys.path:
+        try:
+            times.append((p, os.stat(p or ".").st_mtime_ns))
+        except OSError:
+            times.append((p, -1))
+    return times
+
+
+def _rendering() -> list[Any]:
+    ttys = [_on_terminal(s) for s in (sys.stdout, sys.stderr)]
+    size = tuple(shutil.get_terminal_size((0, 0))) if ttys[0] else None
+    return [ttys, size, getattr(sys.stdout, "encoding", None), [(v, os.environ.get(v)) for v in _RENDER_ENV]]
+
+
+def _on_terminal(stream: IO[str]) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, ValueError, OSError):  # a closed stream, a test's capture
+        return False
+
+
+class _Recorder:
+    """A stream that writes through and keeps what was written (in order, both streams)."""
+
+    def __init__(self, stream: IO[str], is_stderr: bool) -> None:
+        self.stream, self.is_stderr, self.broken = stream, is_stderr, False
+        self.chunks: list[tuple[bool, str]] = []
+
+    def write(self, text: str) -> int:
+        try:
+            n = self.stream.write(text)
+        except BrokenPipeError:
+            self.broken = True
+            raise
+        self.chunks.append((self.is_stderr, text))
+        return n
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self.broken = True
+            raise
+
+    @property
+    def unrecorded(self) -> IO[str]:
+        """The stream itself, for what must not be replayed (a progress bar)."""
+        return self.stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
