@@ -394,7 +394,7 @@ def _cuda_build(on: bool) -> Iterator[None]:
     saved_cuda = torch.cuda.Stream, torch.cuda.Event
     for arch, where in _NVIDIA_CLASSES.items():
         ModelRegistry.register_model(arch, where)
-    platform.get_device_capability = classmethod(  # type: ignore[method-assign,assignment]
+    platform.get_device_capability = classmethod(
         lambda cls, device_id=0: DeviceCapability(*CUDA_CAPABILITY))
     torch.cuda.Stream, torch.cuda.Event = _InertCudaObject, _InertCudaObject  # type: ignore[misc,assignment]
     try:
@@ -404,7 +404,7 @@ def _cuda_build(on: bool) -> Iterator[None]:
         if saved_cap is None:
             del platform.get_device_capability
         else:
-            platform.get_device_capability = saved_cap  # type: ignore[method-assign]
+            platform.get_device_capability = saved_cap
         ModelRegistry.models.update(saved_models)
 
 
