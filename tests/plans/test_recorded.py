@@ -23,7 +23,7 @@ vllm_harness.set_cpu_env()  # before anything imports vLLM
 
 def test_plans_match_the_installed_engine(tmp_path):
     pytest.importorskip("vllm")
-    from specguard.engines.vllm.recorder import PLANS_DIR, TARGETS
+    from specguard.engines.vllm.recorder import PLANS_DIR, targets
 
     code = ("import json, sys; from pathlib import Path; from specguard.engines.vllm.recorder import record_all; "
             "print('RESULT ' + json.dumps(record_all(Path(sys.argv[1]))))")
@@ -35,6 +35,6 @@ def test_plans_match_the_installed_engine(tmp_path):
     assert failed == {}, f"vLLM 0.33 could not build: {failed}"
     committed = {p.name: p.read_text() for p in PLANS_DIR.glob("*.json")}
     fresh = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
-    assert sorted(fresh) == sorted(committed) == sorted([f"{n}.json" for n in TARGETS] + ["_registry.json"])
+    assert sorted(fresh) == sorted(committed) == sorted([f"{n}.json" for n in targets()] + ["_registry.json"])
     drifted = [name for name in committed if committed[name] != fresh[name]]
     assert drifted == [], f"re-record with scripts/record_plans.py: {drifted} differ from vLLM 0.33"

@@ -152,6 +152,11 @@ class Plan:
     draft_count_keys: tuple[str, ...]  # config keys the built count equals (empty: a constant)
     draft_count_default: int | None  # built without those keys (None: the engine requires one)
     recorded_with: Mapping[str, Any]
+    device: str | None = None  # "cuda": recorded as a CUDA server builds it (nvidia/ classes); None: any
+
+    def answers_for(self, platform: str) -> bool:
+        """Whether this plan describes what the engine builds on ``platform`` (cuda/rocm/cpu)."""
+        return self.device is None or self.device == platform
 
     def draft_layers(self, config: Mapping[str, Any]) -> int | None:
         """How many draft layers the engine builds for ``config`` (its text config):
@@ -194,6 +199,7 @@ def plan(name: str, engine: str = DEFAULT_ENGINE) -> Plan | None:
         draft_count_keys=tuple(d.get("count_keys") or ()) if d else (),
         draft_count_default=d.get("count_default") if d else None,
         recorded_with=raw.get("recorded_with") or {},
+        device=(raw.get("platform") or {}).get("device"),
     )
 
 

@@ -64,6 +64,8 @@ CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "",
 # Sizes are the config class's own defaults (the meta device allocates nothing); only
 # the structure is set: N layers (dense first where the family mixes), K draft layers.
 _DS = {"num_nextn_predict_layers": K, "first_k_dense_replace": 1}
+_DSPARK = {"n_mtp_layers": K, "dspark_target_layer_ids": [1, 2, 3], "dspark_block_size": 4,
+           "dspark_markov_rank": 16}
 _EAGLE_LLAMA = {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1}
 _EAGLE3_LLAMA = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
                  "draft_vocab_size": 1024}
@@ -73,12 +75,21 @@ _EAGLE3_QWEN = {"architectures": ["Eagle3Qwen3ForCausalLM"], "model_type": "qwen
 
 class Target:
     """One recorded architecture: its model_type, structural overrides, and how its draft is served
-    (``method``; ``draft``: a separate drafter checkpoint's config, for EAGLE)."""
+    (``method``; ``draft``: a separate drafter checkpoint's config, for EAGLE). ``cuda``: the model
+    builds CUDA-only objects at construction; record it as a CUDA server builds it (``_cuda_build``)."""
 
     def __init__(self, model_type: str, config: dict[str, Any] | None = None, method: str | None = None,
-                 draft: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None) -> None:
+                 draft: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None,
+                 *, cuda: bool = False, text_defaults: str | None = None, since: str | None = None) -> None:
         self.model_type, self.config, self.method, self.draft = model_type, config or {}, method, draft
         self.engine_args = engine_args or {}
+        self.cuda = cuda
+        # a wrapper config (DeepSeek-V4.1's) whose class reads the text model from ``text_config``
+        # and has no defaults of its own: filled with this model_type's transformers defaults
+        self.text_defaults = text_defaults
+        self.since = since  # the first engine version it is recorded for (None: every version)
+        if cuda:  # JIT kernel warm-up registration (tilelang/cutedsl) is a CUDA start-up step, not a build
+            self.engine_args = {"kernel_config": {"enable_jit_warmup": False}, **self.engine_args}
 
 
 # plan name -> Target. The plan's file is ``{name}.json``; the target architecture is the
@@ -104,15 +115,22 @@ TARGETS: dict[str, Target] = {
     "LlamaForCausalLM+LlamaForCausalLMEagle3": Target("llama", {}, "eagle3", _EAGLE3_LLAMA),
     "Qwen3ForCausalLM+Eagle3Qwen3ForCausalLM": Target("qwen3", {}, "eagle3", _EAGLE3_QWEN),
     "GptOssForCausalLM+LlamaForCausalLMEagle3": Target("gpt_oss", {}, "eagle3", _EAGLE3_LLAMA),
+    # DeepSeek-V4/V4.1 build CUDA-only objects: recorded as a CUDA server builds them (_cuda_build).
+    # A DSpark draft ships inside the target checkpoint (speculative.py: model = the target's).
+    "DeepseekV4ForCausalLM": Target("deepseek_v4", {"num_nextn_predict_layers": K}, "mtp", cuda=True,
+                                    since="vllm-0.33"),
+    "DeepseekV4ForCausalLM+DSparkDraftModel": Target("deepseek_v4", _DSPARK, "dspark", cuda=True,
+                                                     since="vllm-0.33"),
 }
 
 
 # Architectures with a draft form that vLLM 0.33 cannot build on this CPU build, and why;
 # specguard keeps its hand-written family models for them (layouts/, engines/vllm/v0_33.py).
 NOT_RECORDED = {
-    "DeepseekV4ForCausalLM": "DeepSeek-V4 (MTP, DSpark) builds CUDA-only kernels at construction "
-                             "(RuntimeError: Tried to instantiate dummy base class Event)",
-    "DeepseekV41ForCausalLM": "as DeepSeek-V4",
+    "DeepseekV41ForCausalLM": "DeepseekV41Config (transformers_utils/configs/deepseek_v41.py) has no text "
+                              "defaults; filled from DeepseekV4Config's, transformers' validator refuses them "
+                              "(ValueError: The `mlp_layer_types` entries must be in ('sparse', 'dense') but got "
+                              "['hash_moe', 'hash_moe', 'hash_moe', 'moe'])",
     "Qwen3_5ForConditionalGeneration": "qwen3_5.py imports the Qwen3-VL vision tower, which needs torchvision "
                                        "(not in the CPU install); the text classes share the module",
     "Qwen3_5MoeForConditionalGeneration": "as Qwen3_5ForConditionalGeneration",
@@ -274,19 +292,21 @@ def _recording_config() -> Any:
     return Recording()
 
 
-def _build(vllm_config: Any, model_config: Any, rec: Any = None, *, own: bool = False) -> tuple[Any, Any]:
+def _build(vllm_config: Any, model_config: Any, rec: Any = None, *, own: bool = False,
+           own_in_config: bool = False) -> tuple[Any, Any]:
     """``model_config``'s model built on the meta device under recording quant configs: ``rec``
     as ``vllm_config.quant_config`` (an MTP draft shares the target's object), and with ``own``
     a second one that a drafter checkpoint gets for itself (utils.py get_draft_quant_config ->
     ``VllmConfig.get_quantization_config``). Returns the model and the config its layers asked:
-    with ``own`` that one, holding what the target's also saw."""
+    with ``own`` that one, holding what the target's also saw. ``own_in_config``: the draft's own
+    config is handed over as ``vllm_config.quant_config`` (dspark/utils.py load_dspark_model)."""
     import torch
     from vllm.config import VllmConfig
     from vllm.model_executor.model_loader.utils import initialize_model
 
     rec = rec if rec is not None else _recording_config()
     mine = _recording_config() if own else rec
-    vllm_config.quant_config = rec
+    vllm_config.quant_config = mine if own_in_config else rec
     vllm_config.compilation_config.static_forward_context.clear()  # layer names must be unique
     saved = VllmConfig.__dict__["get_quantization_config"]
     VllmConfig.get_quantization_config = staticmethod(lambda *args, **kwargs: mine)
@@ -331,6 +351,61 @@ def _class_mappings_kept() -> Iterator[None]:
         for mapping, content in before:
             mapping.clear()
             mapping.update(content)
+
+
+# Platform-dispatching packages that import their CPU implementation on this host
+# (vllm/models/deepseek_v4/__init__.py: ``elif current_platform.is_cpu(): from .cpu...``, whose
+# MTP and DSpark classes raise NotImplementedError); a CUDA server resolves these names to nvidia/.
+_NVIDIA_CLASSES = {
+    "DeepseekV4ForCausalLM": "vllm.models.deepseek_v4.nvidia.model:DeepseekV4ForCausalLM",
+    "DeepSeekV4MTPModel": "vllm.models.deepseek_v4.nvidia.mtp:DeepSeekV4MTP",
+    "DSparkDraftModel": "vllm.models.deepseek_v4.nvidia.dspark:DSparkDeepseekV4ForCausalLM",
+}
+# The device a CUDA recording stands for: an H100/H200 (SM 9.0), where the DeepSeek-V4 attention
+# class picks FlashMLA (nvidia/model.py _select_dsv4_attn_cls).
+CUDA_CAPABILITY = (9, 0)
+
+
+class _InertCudaObject:
+    """Stands in for ``torch.cuda.Stream`` / ``torch.cuda.Event``, which the CPU build of torch
+    cannot instantiate; layers only keep them for overlapping kernels at run time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@contextmanager
+def _cuda_build(on: bool) -> Iterator[None]:
+    """Build as a CUDA server does, for models that construct CUDA-only objects: the NVIDIA
+    classes behind platform-dispatching registry names, the device capability the
+    attention-class choice reads, inert streams/events. Nothing here decides a prefix, a
+    class that asks the quant config, or a loader mapping."""
+    if not on:
+        yield
+        return
+    import torch
+    from vllm.model_executor.models.registry import ModelRegistry
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    platform = type(current_platform)
+    saved_models = {k: ModelRegistry.models[k] for k in _NVIDIA_CLASSES if k in ModelRegistry.models}
+    saved_cap = platform.__dict__.get("get_device_capability")
+    saved_cuda = torch.cuda.Stream, torch.cuda.Event
+    for arch, where in _NVIDIA_CLASSES.items():
+        ModelRegistry.register_model(arch, where)
+    platform.get_device_capability = classmethod(
+        lambda cls, device_id=0: DeviceCapability(*CUDA_CAPABILITY))
+    torch.cuda.Stream, torch.cuda.Event = _InertCudaObject, _InertCudaObject  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.Stream, torch.cuda.Event = saved_cuda  # type: ignore[misc]
+        if saved_cap is None:
+            del platform.get_device_capability
+        else:
+            platform.get_device_capability = saved_cap
+        ModelRegistry.models.update(saved_models)
 
 
 def _single_rank(vllm_config: Any) -> None:
@@ -383,18 +458,33 @@ def record(name: str) -> dict[str, Any]:
     target = TARGETS[name]
     arch = name.split("+", 1)[0]
     config = {"architectures": [arch], "model_type": target.model_type, "num_hidden_layers": N, **target.config}
-    with tempfile.TemporaryDirectory(prefix="specguard-plan-") as d, _class_mappings_kept():
+    if target.text_defaults is not None:
+        import transformers
+
+        text = transformers.AutoConfig.for_model(target.text_defaults).to_dict()
+        per_layer = text.get("num_hidden_layers")  # per-layer lists (layer_types) follow the count
+        text = {k: (v[:N] if isinstance(v, list) and len(v) == per_layer else v) for k, v in text.items()
+                if k not in ("architectures", "model_type", "transformers_version")}
+        config = {"architectures": [arch], "model_type": target.model_type,
+                  "text_config": {**text, "num_hidden_layers": N, **target.config}}
+    with (tempfile.TemporaryDirectory(prefix="specguard-plan-") as d, _class_mappings_kept(),
+          _cuda_build(target.cuda)):
         vc = _engine_config(target, config, Path(d, "with"))
         _single_rank(vc)
         built, rec = _build(vc, vc.model_config)
         n = _num_layers(built, config)
         plan: dict[str, Any] = {"schema": SCHEMA, "engine": ENGINE, "recorded_with": config,
                                 "target": _side(built, rec, arch, n, False)}
+        if target.cuda:  # what a CUDA server builds (nvidia/ classes), not this CPU build's
+            plan = {**plan, "platform": {"device": "cuda", "capability": list(CUDA_CAPABILITY)}}
         if target.method:
             dmc = vc.speculative_config.draft_model_config
             # an MTP draft is built with the target's quant config object (load_eagle_model keeps
             # vllm_config.quant_config); a drafter checkpoint gets its own (get_draft_quant_config)
-            draft, drec = (_build(vc, dmc, rec) if target.draft is None else _build(vc, dmc, own=True))
+            if target.method == "dspark":  # dspark/utils.py: get_draft_quant_config into the draft's vllm_config
+                draft, drec = _build(vc, dmc, own=True, own_in_config=True)
+            else:
+                draft, drec = (_build(vc, dmc, rec) if target.draft is None else _build(vc, dmc, own=True))
             side = {"method": target.method, **_side(draft, drec, dmc.hf_config.architectures[0], n, True),
                     **_draft_layers(draft, config, target.draft)}
             side["count_default"] = _count_default(target, config, side["count_keys"], Path(d, "without"))
@@ -427,7 +517,7 @@ def _num_layers(model: Any, config: dict[str, Any]) -> int:
     for attr in ("end_layer",):
         if isinstance(getattr(inner, attr, None), int):
             return int(getattr(inner, attr))
-    return int(config["num_hidden_layers"])
+    return int(config.get("text_config", config)["num_hidden_layers"])
 
 
 def _draft_layers(draft: Any, config: dict[str, Any], own: dict[str, Any] | None) -> dict[str, Any]:
@@ -436,7 +526,7 @@ def _draft_layers(draft: Any, config: dict[str, Any], own: dict[str, Any] | None
     inner = _inner(draft)
     start = getattr(inner, "mtp_start_layer_idx", None)
     count = getattr(inner, "num_mtp_layers", None)
-    source = own if own is not None else config
+    source = own if own is not None else config.get("text_config", config)
     out: dict[str, Any] = {"start": start, "count": count}
     keys = [k for k, v in source.items() if isinstance(v, int) and not isinstance(v, bool) and v == count]
     out["count_keys"] = [k for k in keys if any(w in k for w in ("nextn", "mtp", "predict"))]
@@ -472,15 +562,23 @@ def record_all(out_dir: Path = PLANS_DIR, only: list[str] | None = None) -> dict
                 os.environ[k] = v
 
 
+def targets(engine: str = ENGINE) -> list[str]:
+    """The plan names recorded for ``engine`` (``Target.since``: added in a later version)."""
+    def version(e: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in e.removeprefix("vllm-").split("."))
+    return [n for n, t in TARGETS.items() if t.since is None or version(engine) >= version(t.since)]
+
+
 def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
     from vllm.model_executor.models.registry import ModelRegistry
 
+    only = only or targets()
     _register_remote_configs()
-    for name in only or list(TARGETS):  # imported before any build: _class_mappings_kept sees them
+    for name in only:  # imported before any build: _class_mappings_kept sees them
         ModelRegistry._try_load_model_cls(name.split("+", 1)[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
-    for name in only or list(TARGETS):
+    for name in only:
         try:
             plan = record(name)
         except Exception as exc:

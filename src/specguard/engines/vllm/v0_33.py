@@ -231,6 +231,8 @@ class Vllm033:
         # where it has the answer, the hand-written rules below are not asked.
         self.plan: plans.Plan | None = plans.plan_for_config(
             config, self.plan_engine, drafter=draft_config if self.draft_kind == r.EAGLE else None)
+        if self.plan is not None and not self.plan.answers_for(platform):
+            self.plan = None  # recorded from another platform's classes (DeepSeek-V4: nvidia/)
         self._no_plan = self.no_plan()
 
     # -- which class, which lists --------------------------------------------
@@ -424,9 +426,19 @@ class Vllm033:
         """The recorded module behind a runtime prefix (None: no plan, or the plan has no such module)."""
         if self.plan is None:
             return None
-        model = model or self._model_of(prefix)
-        side = self.plan.target if model == TARGET_MODEL else self.plan.draft
+        side = self._plan_side(model or self._model_of(prefix))
         return side.find(prefix) if side is not None else None
+
+    def _plan_side(self, model: str) -> plans.Side | None:
+        """The plan's side that describes ``model``: the target, or its draft where the plan's
+        draft is that kind (an MTP plan says nothing of a DSpark draft model)."""
+        if self.plan is None:
+            return None
+        if model == TARGET_MODEL:
+            return self.plan.target
+        kind = {MTP_MODEL: "mtp", DSPARK_MODEL: "dspark", EAGLE_MODEL: "eagle"}.get(model)
+        method = self.plan.draft_method or ""
+        return self.plan.draft if kind is not None and method.startswith(kind) else None
 
     def built_prefixes(self) -> tuple[str, ...]:
         """Quant prefixes the target asks about whatever the checkpoint stores (no layer
@@ -509,10 +521,9 @@ class Vllm033:
     def _packed(self, model: str) -> Mapping[str, Sequence[str]]:
         """The ``packed_modules_mapping`` the quant config holds while ``model`` is built:
         recorded in the plan (configure_quant_config / SupportsQuant hand it over)."""
-        if self.plan is not None:
-            side = self.plan.target if model == TARGET_MODEL else self.plan.draft
-            if side is not None:
-                return side.packed_modules_mapping
+        side = self._plan_side(model)
+        if side is not None:
+            return side.packed_modules_mapping
         if self.v41 and model != DSPARK_MODEL:
             return {}  # the VL wrapper class declares no packed_modules_mapping
         if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
