@@ -86,6 +86,11 @@ class SglangDeepseekV4Layout(DeepseekV4Layout):
             return r.Role(r.DRAFT, r.DSPARK, None, None)
         return super()._runtime_role(name)
 
+    def _place(self, module: str) -> Placement:
+        if module.split(".", 1)[0] in ("stages", *_DSPARK_TOP):  # already SGLang's runtime spelling
+            return self._place_runtime(module)
+        return super()._place(module)
+
     def _place_layer(self, module: str, layer: int, rest: str) -> Placement:
         if layer >= self.num_hidden_layers:
             return self._place_draft(module, layer - self.num_hidden_layers, rest)
@@ -99,9 +104,7 @@ class SglangDeepseekV4Layout(DeepseekV4Layout):
         if segs[:2] == ["model", "layers"] and len(segs) > 3 and segs[2].isdigit():
             role = r.Role(r.MAIN, layer=int(segs[2]))
             rest = ".".join(segs[3:])
-        elif segs[:2] == ["model", "decoder"]:
-            rest = ".".join(segs[2:])
-        elif segs[0] == "stages" and len(segs) > 2:
+        elif segs[:2] == ["model", "decoder"] or (segs[0] == "stages" and len(segs) > 2):
             rest = ".".join(segs[2:])
         else:
             rest = ""
