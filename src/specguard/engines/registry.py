@@ -26,6 +26,11 @@ class Engine:
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
     layout: str = "vllm"  # whose runtime prefixes its routes use (layouts.layout_for's engine)
 
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platform classes its model distinguishes (``fix --platform all``)."""
+        return tuple(getattr(self.model, "platforms", ()))
+
 
 def _vllm_033() -> Engine:
     from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
