@@ -39,7 +39,7 @@ quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard.engines import NOT_MODELLED, EngineChoice, Refusal
@@ -69,6 +69,7 @@ class Sglang0523:
 
     name = ENGINE
     plan_engine = PLAN_ENGINE
+    platforms = ("cuda",)  # modelled as the recorder ran it: an SM100 CUDA machine (override_platform)
 
     def __init__(self, config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None, *,
                  platform: str = "cuda", draft_method: str | None = None,
@@ -134,6 +135,15 @@ class Sglang0523:
         return None
 
     # -- the EngineModel protocol -------------------------------------------------
+
+    def v41_ignore_name(self, prefix: str, num_hidden_layers: int) -> str | None:
+        return None  # SGLang has no DeepSeek-V4.1 ``ignore`` reading of vLLM's kind
+
+    def exclusion_rename(self, pattern: str, *, v41: bool = False) -> str:
+        return pattern  # matched as written (Fp8Config also tries it with and without ``model.``)
+
+    def gptq_dynamic_fix(self, dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
+        return None  # GPTQ under SGLang is not modelled
 
     def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
         return []  # SGLang's start-up refusals are not modelled; unmodelled stacks route unknown
