@@ -177,3 +177,19 @@ def test_lint_says_what_route_says_is_declared(scenarios, name):
             continue
         shown = f.message.split("; declared ", 1)[1].split(" by ", 1)[0]
         assert {declared[p] for p in f.data["runtime_prefixes"]} == {shown}, f.message
+
+
+@pytest.mark.parametrize("name", sorted(n for n, codes in EXPECTED.items() if any(c.startswith("SG2") for c in codes)))
+def test_routing_findings_name_modules_one_way(scenarios, name):
+    """Issue 24: every SG2xx finding lists checkpoint names in ``modules`` and the engine's
+    runtime prefixes in ``data["runtime_prefixes"]`` (SG203 had only the first, while its fix
+    targets the second): the modules are exactly those behind the prefixes, and the fix targets them."""
+    rs = resolvers_for(scenarios[name])
+    behind = {rt.prefix: set(rt.checkpoint_names) for r in rs for rt in r.routes()}
+    for f in lint(rs).findings:
+        if not f.code.startswith("SG2"):
+            continue
+        prefixes = f.data["runtime_prefixes"]
+        assert set(f.modules) == {n for p in prefixes for n in behind[p]}, f.message
+        if f.fix is not None and f.fix.targets:
+            assert set(prefixes) <= set(f.fix.targets), f.message

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 import torch
 
-from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.factory.models import Sizes
+from specguard.refdecoder.model import TRAINED, DSparkDrafter, Transformer, sizes_from_json, sizes_json
 
-TINY = ModelConfig(dim=128, n_layers=2, n_routed_experts=4, max_seq_len=64)
+TINY = Sizes(hidden=128, layers=2, experts=4, max_seq_len=64)
 
 
 def test_state_dict_uses_deepseek_v4_native_names() -> None:
@@ -30,12 +34,23 @@ def test_state_dict_uses_deepseek_v4_native_names() -> None:
 
 
 def test_quantized_linears_keep_format_divisibility() -> None:
-    model = Transformer(ModelConfig())
+    model = Transformer(TRAINED)
     for name, t in model.state_dict().items():
         if t.dim() == 2 and not name.startswith(("embed", "head")) and "gate" not in name:
             assert t.shape[0] % 128 == 0 and t.shape[1] % 128 == 0, name  # FP8 block 128
     with pytest.raises(ValueError, match="multiple of 128"):
-        ModelConfig(dim=200)
+        Transformer(replace(TRAINED, hidden=160))
+
+
+def test_one_dataclass_of_model_sizes_for_factory_and_decoder() -> None:
+    """Issue 24 item 7: the factory's Sizes are the decoder's config (no second dataclass), and
+    the weights' metadata keeps DeepSeek ModelArgs names both ways (the shipped weights hold them)."""
+    import specguard.refdecoder.model as model
+
+    assert not [n for n, v in vars(model).items() if isinstance(v, type) and "Config" in n]
+    assert sizes_from_json(sizes_json(TINY)) == TINY
+    shipped = json.loads(sizes_json(TRAINED))
+    assert shipped["dim"] == 256 and shipped["n_shared_experts"] == 1 and shipped["n_layers"] == 12
 
 
 def test_cached_decoding_matches_full_recompute() -> None:
@@ -87,7 +102,7 @@ def test_dspark_cached_block_drafting_matches_full_recompute() -> None:
     anchors = torch.tensor([5, 9])
     with torch.no_grad():
         _, feats = model(tokens, capture=drafter.target_layers)
-        assert feats.shape[-1] == 2 * TINY.dim
+        assert feats.shape[-1] == 2 * TINY.hidden
         full = drafter(model, feats, tokens, anchors, block=3)  # [1, 2, 3, V]
         caches = model.new_caches(2)
         parts, done = [], 0

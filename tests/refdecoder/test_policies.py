@@ -75,7 +75,7 @@ def test_guard_names_the_draft_scales_global_leaves_unwritten(infos: dict[str, S
     good = load_policy(infos["s1"].path, "resolver")
     assert good.report is not None and good.report.ok
     assert bad.report is not None
-    mtp = load_weights().cfg.n_layers  # vLLM numbers the MTP layer after the main ones
+    mtp = load_weights().cfg.layers  # vLLM numbers the MTP layer after the main ones
     p = f"model.layers.{mtp}.mtp_block.ffn.experts.routed_experts."
     assert bad.report.names("never_written") == tuple(
         p + n for n in ("w13_input_scale", "w13_weight_scale_2", "w2_input_scale", "w2_weight_scale_2"))

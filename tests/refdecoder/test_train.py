@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specguard.factory.models import Sizes
 from specguard.refdecoder.corpus import (
     corpus_files,
     entropy_bits_per_byte,
@@ -17,7 +18,7 @@ from specguard.refdecoder.corpus import (
     stdlib_dir,
     unigram_bits_per_byte,
 )
-from specguard.refdecoder.model import ModelConfig, Transformer
+from specguard.refdecoder.model import Transformer
 from specguard.refdecoder.train import TrainConfig, train
 from specguard.refdecoder.weights import load_weights
 
@@ -67,8 +68,7 @@ def test_train_script_runs_end_to_end_and_learns(tmp_path: Path) -> None:
     corpus = small_corpus(tmp_path / "corpus")
     train_bytes, held, _ = read_split(corpus)
     assert train_bytes and held
-    mcfg = ModelConfig(dim=128, n_layers=1, n_heads=2, n_routed_experts=2, n_activated_experts=1,
-                       moe_inter_dim=128, max_seq_len=256)
+    mcfg = Sizes(hidden=128, layers=1, heads=2, experts=2, experts_per_token=1, moe_inter=128, max_seq_len=256)
     tcfg = TrainConfig(seq_len=64, batch_size=8, target_steps=30, mtp_steps=10, lr=1e-2,
                        warmup_steps=5, eval_every=30, eval_windows=8, spec_prompts=1)
     scores = train(corpus, tmp_path / "out", tcfg, mcfg, "cpu")

@@ -44,6 +44,21 @@ class Checkpoint:
     # stored, but an engine that follows the index never opens their file
     outside_index: tuple[str, ...] = ()
     bytes_read: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
+    pages_read: set[int] = field(default_factory=set, compare=False, repr=False)  # _page_keys already counted
+
+    @functools.cached_property
+    def _data_sections(self) -> dict[str, tuple[int, int]]:
+        """Per shard, in ``_shard_ids`` order, where its tensors' bytes begin and end (absolute)."""
+        sections: dict[str, tuple[int, int]] = {}
+        for t in self.tensors.values():
+            begin, end = t.offsets
+            lo, hi = sections.get(t.file, (begin, end))
+            sections[t.file] = (min(lo, begin), max(hi, end))
+        return sections
+
+    @functools.cached_property
+    def _shard_ids(self) -> dict[str, int]:
+        return {f: i for i, f in enumerate(self._data_sections)}
 
     @functools.cached_property
     def total_bytes(self) -> int:
@@ -97,7 +112,7 @@ class Checkpoint:
         for k, lo, hi in zip(run_shard[firsts].tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(heads)],
                              strict=True):
             chunks += self._pread_runs(names[k], run_begin[lo:hi].tolist(), run_len[lo:hi].tolist())
-        self.bytes_read[0] += PAGE * _pages(shard_of, begin, length)
+        self._charge(np.array([self._shard_ids[n] for n in names], dtype=np.int64)[shard_of], begin, length)
         return np.frombuffer(b"".join(chunks), dtype=np.uint8), pos
 
     def _pread_runs(self, name: str, begins: list[int], lengths: list[int]) -> list[bytes]:
@@ -122,6 +137,8 @@ class Checkpoint:
 
     def read_bytes_range(self, name: str, length: int) -> bytes:
         """The first ``length`` bytes of a tensor (content rules sample scales)."""
+        import numpy as np
+
         t = self.tensors[name]
         if self.root is None:
             raise CheckpointError(named(self.name, name), "tensor bytes are not read from a remote checkpoint")
@@ -134,17 +151,32 @@ class Checkpoint:
             raise CheckpointError(named(t.file, name), f"cannot read: {e.strerror or e}") from e
         if len(raw) != length:
             raise CheckpointError(named(t.file, name), f"truncated: {len(raw)} of {length} bytes")
-        self.bytes_read[0] += len(raw)
+        self._charge(np.array([self._shard_ids[t.file]]), np.array([t.offsets[0]]), np.array([length]))
         return raw
 
+    def _charge(self, shard: np.ndarray, begin: np.ndarray, length: np.ndarray) -> None:
+        """Count in ``bytes_read`` the tensor data of the 4 KiB pages these ranges touch that no
+        earlier read touched: the part of each page inside its shard's data section, so
+        ``bytes_read`` never exceeds ``total_bytes`` (a page read twice counts once)."""
+        import numpy as np
 
-def _pages(shard_of: np.ndarray, begin: np.ndarray, length: np.ndarray) -> int:
-    """Distinct 4 KiB pages the ranges touch, over all shards."""
+        seen = self.pages_read
+        fresh = [k for k in _page_keys(shard, begin, length).tolist() if k not in seen]
+        if not fresh:
+            return
+        seen.update(fresh)
+        keys = np.array(fresh, dtype=np.int64)
+        lo, hi = np.array(list(self._data_sections.values()), dtype=np.int64).reshape(-1, 2).T
+        page, start = keys >> 44, (keys & ((1 << 44) - 1)) * PAGE
+        self.bytes_read[0] += int(np.maximum(np.minimum(start + PAGE, hi[page]) - np.maximum(start, lo[page]), 0).sum())
+
+
+def _page_keys(shard_of: np.ndarray, begin: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The distinct 4 KiB pages the ranges touch, as ``shard << 44 | page``."""
     import numpy as np
 
     live = length > 0
     shard_of, first = shard_of[live], begin[live] // PAGE
     span = (begin[live] + length[live] - 1) // PAGE - first + 1
     within = np.arange(int(span.sum()), dtype=np.int64) - np.repeat(np.cumsum(span) - span, span)
-    page = np.repeat(first, span) + within
-    return len(np.unique(np.repeat(shard_of, span) * (1 << 44) + page))
+    return np.unique(np.repeat(shard_of, span) * (1 << 44) + np.repeat(first, span) + within)

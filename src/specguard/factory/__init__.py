@@ -74,6 +74,8 @@ def _scenario(name: str) -> Scenario:
 
 def _sizes(size: str | Sizes) -> Sizes:
     if isinstance(size, Sizes):
+        if size.layers < 2 or size.experts < 4:  # the scenarios' layouts need them
+            raise ValueError("the factory needs at least 2 main layers and 4 experts")
         return size
     try:
         return SIZES[size]

@@ -35,8 +35,9 @@ DSV3 = "deepseek_v3"
 
 @dataclass(frozen=True)
 class Sizes:
-    """Model dimensions. Every quantized dim is a multiple of 32 (MXFP4 groups), hence
-    of 16 (NVFP4); FP8 128x128 blocks may be partial at the edge (DeepSeek-V3's
+    """Model dimensions, the factory's and the reference decoder's (refdecoder/model.py names
+    them as DeepSeek's ModelArgs in its weights' metadata). Every quantized dim is a multiple
+    of 32 (MXFP4 groups), hence of 16 (NVFP4); FP8 128x128 blocks may be partial at the edge (DeepSeek-V3's
     ``kv_a_proj_with_mqa``: kv_lora_rank + qk_rope_head_dim = 576) and a whole
     weight may fit in one block (the ``one-block`` and ``odd`` presets)."""
 
@@ -58,6 +59,13 @@ class Sizes:
     qk_rope: int = 64
     v_head: int = 64
     shard_bytes: int = 512 * 1024
+    # What the reference decoder (refdecoder/model.py) also reads: V4's RoPE channels per head,
+    # MTP blocks, positions, and its numerics.
+    rope_dim: int = 64
+    mtp_layers: int = 1
+    max_seq_len: int = 2048
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         # 32 keeps every MXFP4/NVFP4 group whole; FP8 blocks may end in a partial edge block
@@ -66,8 +74,6 @@ class Sizes:
                      "kv_lora", "head_dim"):
             if getattr(self, name) % 32:
                 raise ValueError(f"Sizes.{name}={getattr(self, name)} must be a multiple of 32")
-        if self.layers < 2 or self.experts < 4:
-            raise ValueError("Sizes need at least 2 main layers and 4 experts")
 
 
 SIZES: dict[str, Sizes] = {

@@ -19,6 +19,7 @@ from specguard.formats import scheme as s
 from specguard.formats.families import ratio as _ratio
 from specguard.formats.modules import QUANT_PARAMS, STACKED_EXPERT_PARAMS
 from specguard.formats.scheme import Scheme
+from specguard.formats.specs import FormatSpec, identify
 
 Params = Mapping[str, TensorInfo]
 PLAIN_DTYPES = {"BF16": s.BF16, "F16": s.FP16, "F32": s.FP32, "F64": s.FP32}
@@ -126,10 +127,11 @@ def _fp8(w: TensorInfo, params: Params) -> Classified:
         tail = (tail[0], tail[2])
     if tail in ((out,), (out, 1)):
         return Classified(Scheme(s.FP8_CHANNEL, conv, scale_dtype=sc.dtype, weight_dtype=w.dtype))
-    if len(tail) == 2 and tail[0] == out and sc.dtype in ("F8_E8M0", "U8"):
+    if len(tail) == 2 and tail[0] == out:
         group = _ratio(inp, tail[1])
-        if group == 32:
-            return Classified(Scheme(s.MXFP8, conv, group_size=32, scale_dtype=sc.dtype, weight_dtype=w.dtype))
+        spec, _ = identify(_dtypes(params), key, group)
+        if spec is not None:
+            return Classified(Scheme(spec.format, conv, group_size=group, scale_dtype=sc.dtype, weight_dtype=w.dtype))
     if len(tail) == 2:
         block = (_block(out, tail[0]), _block(inp, tail[1]))
         if None not in block:
@@ -150,7 +152,7 @@ def _block(dim: int, cells: int) -> int | None:
 
 
 def _byte_weight(w: TensorInfo, params: Params) -> Classified:
-    """U8/I8 (packed FP4 or int8) and F4 weights."""
+    """U8/I8 (packed FP4 or int8) and F4 weights: the FP4 formats their specs identify."""
     key, sc = _scale_of(params)
     if sc is None:
         return _unknown(f"{w.dtype} weight without a scale tensor")
@@ -158,33 +160,28 @@ def _byte_weight(w: TensorInfo, params: Params) -> Classified:
         return _int_with_float_scale(w, sc, params)
     inp = _inner(w) * (1 if w.dtype == "F4" else 2)
     group = _ratio(inp, sc.shape[-1]) if sc.shape else None
-    if sc.dtype == "F8_E4M3" and group == 16:
-        return _nvfp4_modelopt(w, sc, params)
-    if sc.dtype == "F8_E8M0" and group == 32:
-        conv = s.DEEPSEEK if key == "scale" else None
-        return Classified(Scheme(s.MXFP4, conv, group_size=32, scale_dtype=sc.dtype, weight_dtype=w.dtype))
-    if sc.dtype == "U8" and group == 16 and "weight_scale_2" in params:
-        return _nvfp4_modelopt(w, sc, params)
-    if sc.dtype == "U8" and group in (16, 32):
-        guess = "mxfp4" if group == 32 else "nvfp4"
+    spec, settled = identify(_dtypes(params), key, group)
+    if spec is None:
+        return _unknown(f"{w.dtype} weight {list(w.shape)} with {sc.dtype} {key} {list(sc.shape)} fits no FP4 layout")
+    if not settled:
         return Classified(Scheme(
             s.AMBIGUOUS, s.DEEPSEEK if key == "scale" else None, group_size=group,
             scale_dtype=sc.dtype, weight_dtype=w.dtype,
-            reason=f"U8 {key} may hold E8M0 (mxfp4) or E4M3 (nvfp4) bytes; group {group} suggests {guess}",
+            reason=f"U8 {key} may hold E8M0 (mxfp4) or E4M3 (nvfp4) bytes; group {group} suggests {spec.format}",
         ))
-    return _unknown(f"{w.dtype} weight {list(w.shape)} with {sc.dtype} {key} {list(sc.shape)} fits no FP4 layout")
+    return _of_spec(spec, w, sc, params, group)
 
 
-def _nvfp4_modelopt(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
-    # AMD Quark writes the same weight/weight_scale/weight_scale_2 and names the
-    # activations' global scale ``input_scale_2`` (quark's ScaleQuantSpec export).
-    conv = s.QUARK if "input_scale_2" in params else s.MODELOPT
-    wanted = ("weight_scale_2",) if conv == s.QUARK else ("weight_scale_2", "input_scale")
-    missing = tuple(p for p in wanted if p not in params)
-    return Classified(
-        Scheme(s.NVFP4, conv, group_size=16, scale_dtype=sc.dtype, weight_dtype=w.dtype),
-        missing,
-    )
+def _dtypes(params: Params) -> dict[str, str]:
+    return {k: t.dtype for k, t in params.items()}
+
+
+def _of_spec(spec: FormatSpec, w: TensorInfo, sc: TensorInfo, params: Params, group: int | None) -> Classified:
+    """The scheme a spec names, with the companions its convention stores that the module lacks."""
+    assert spec.identity is not None
+    missing = tuple(p for p in spec.identity.companions if p not in params)
+    return Classified(Scheme(spec.format, spec.convention, group_size=group, scale_dtype=sc.dtype,
+                             weight_dtype=w.dtype), missing)
 
 
 def _int_with_float_scale(w: TensorInfo, sc: TensorInfo, params: Params) -> Classified:
@@ -221,16 +218,11 @@ def _compressed_packed(params: Params) -> Classified:
     sc = params.get("weight_scale")
     if sc is None:
         return _unknown("weight_packed without weight_scale")
-    ct = s.COMPRESSED_TENSORS
     if wp.dtype == "U8":
         group = _ratio(_inner(wp) * 2, sc.shape[-1]) if sc.shape else None
-        if "weight_global_scale" in params or sc.dtype == "F8_E4M3":
-            missing = () if "weight_global_scale" in params else ("weight_global_scale",)
-            return Classified(
-                Scheme(s.NVFP4, ct, group_size=group, scale_dtype=sc.dtype, weight_dtype=wp.dtype), missing
-            )
-        if sc.dtype in ("U8", "F8_E8M0"):
-            return Classified(Scheme(s.MXFP4, ct, group_size=group, scale_dtype=sc.dtype, weight_dtype=wp.dtype))
+        spec, _ = identify(_dtypes(params), "weight_scale", group)
+        if spec is not None:
+            return _of_spec(spec, wp, sc, params, group)
     if wp.dtype == "I32":
         return _pack_quantized(wp, sc)
     return _unknown(f"weight_packed {wp.dtype} with weight_scale {sc.dtype} fits no compressed-tensors format")
@@ -293,6 +285,7 @@ def _gpt_oss(params: Params) -> Classified:
     if sc is None:
         return _unknown("*_blocks without *_scales")
     group = b.shape[-1] * 2 if b.shape and sc.shape == b.shape[:-1] else None
-    if group != 32:
+    spec, _ = identify(_dtypes(params), "scales", group)
+    if spec is None:
         return _unknown(f"blocks {list(b.shape)} and scales {list(sc.shape)} are not MXFP4 block-32")
-    return Classified(Scheme(s.MXFP4, s.GPT_OSS, group_size=32, scale_dtype=sc.dtype, weight_dtype=b.dtype))
+    return _of_spec(spec, b, sc, params, group)

@@ -58,7 +58,7 @@ class GenericLayout(Layout):
         f = self._fuse(path)
         row = self.plan.draft.by_path(f.prefix)
         prefix = plans.instantiate(row.quant_prefix or row.path, f.prefix) if row is not None else f.prefix
-        kind = f.kind if row is None or row.kind == plans.LayerClass.OTHER else r.ModuleKind(row.kind)
+        kind = f.kind if row is None or row.kind == r.OTHER else row.kind
         return self._placement(module, self._draft_role(0), kind, prefix, f.param)
 
     def _fuse(self, module: str) -> fusions.Fused:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specguard.plans import LayerClass
 from specguard.vocabulary import Vocabulary
 
 
@@ -24,18 +25,9 @@ class DraftKind(Vocabulary):
     EAGLE = "eagle"
 
 
-class ModuleKind(Vocabulary):
-    """What class of engine layer a module becomes. The declared stage keys its
-    rules on these (a global MoE switch applies to routed experts only; ModelOpt
-    quantizes heads; Fp8Config never does). ``embedding``/``head`` here name layer
-    classes, not the roles of the same words."""
-
-    ROUTED_EXPERTS = "routed_experts"
-    LINEAR = "linear"
-    EMBEDDING = "embedding"
-    HEAD = "head"
-    NORM = "norm"
-    OTHER = "other"
+# What class of engine layer a module becomes: the vocabulary the recorded plans use
+# (plans.LayerClass, one list for both).
+ModuleKind = LayerClass
 
 
 # The members under the short names the stages use (``r.DRAFT``, ``r.HEAD_KIND``).

@@ -52,6 +52,8 @@ def _lint(resolvers: list[Resolver], select_codes: Iterable[str] | None,
     ctx = LintContext(resolvers)
     findings: list[Finding] = []
     bytes_by_rule: dict[str, int] = {}
+    for x in resolvers:  # each run counts the pages it reads once (an opened checkpoint may be linted again)
+        x.checkpoint.pages_read.clear()
     for r in select(select_codes, ignore_codes):
         before = sum(x.checkpoint.bytes_read[0] for x in resolvers)
         findings.extend(r.check(ctx))

@@ -64,8 +64,15 @@ def _groups(ctx: LintContext, pick: Callable[[Built], tuple | None]) -> Iterator
         yield key[1:], routes, owner[key[0]]
 
 
-def _names(routes: Sequence[Built]) -> tuple[str, ...]:
+def _names(routes: Sequence[Built | Route]) -> tuple[str, ...]:
     return tuple(n for rt in routes for n in rt.checkpoint_names)
+
+
+def _named(routes: Sequence[Built | Route], **data: object) -> dict[str, object]:
+    """Every SG2xx finding names its modules twice, one way each: ``modules`` holds the
+    checkpoint names, ``data["runtime_prefixes"]`` the engine's prefixes its message and
+    its fix's targets use."""
+    return {"runtime_prefixes": [rt.prefix for rt in routes], **data}
 
 
 def _misrouted(rt: Built) -> bool:
@@ -96,7 +103,7 @@ def stored_differs(ctx: LintContext) -> Iterator[Finding]:
             f"{first.stored.short()}; declared {first.declared.scheme.short()} by {_declared_by(res, first)}; "
             f"built {method} by {ctx.engine_name} on {res.platform} ({_class(first)}, {_built_because(res, first)}): "
             f"{describe(targets)}",
-            _names(routes), fix, data={"runtime_prefixes": targets},
+            _names(routes), fix, data=_named(routes),
         )
 
 
@@ -146,7 +153,7 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
             planned(ctx, res, [rt.prefix for rt in routes], "the engine then builds the format they are stored in")
             or "store the missing scales, or route these modules to the format they are stored in "
             "(`specguard route`; the specguard vLLM plugin does it at load time)",
-            data={"missing": list(missing), "engine_parameters": params},
+            data=_named(routes, missing=list(missing), engine_parameters=params),
         )
 
 
@@ -198,6 +205,7 @@ def declared_quantized_stored_plain(ctx: LintContext) -> Iterator[Finding]:
             or "exclude these modules with a pattern that matches the engine's runtime prefixes (see SG101), "
             + ("or build the draft without the target's quant config" if draft
                else "or store them as the config declares them"),
+            data=_named(routes),
         )
 
 
@@ -216,7 +224,7 @@ def _gptq_over_plain(ctx: LintContext, res: Resolver, role: str, stored: str, bu
         f"start: a GPTQ layer has no parameter for their `weight` tensors: {describe(rt.prefix for rt in routes)}",
         _names(routes),
         fix,
-        data={"dynamic": fixed},
+        data=_named(routes, dynamic=fixed),
     )
 
 
@@ -246,13 +254,13 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
                 f"parameter for their scale tensors: {describe(rt.prefix for rt in routes)}",
                 _names(routes),
                 f"store them unquantized (dequantize the {stored} weights to BF16): no {ctx.engine_name} quant "
-                f"config builds {stored} layers beside GPTQ ones",
+                f"config builds {stored} layers beside GPTQ ones", data=_named(routes),
             )
             continue
         yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
             f"({routes[0].vllm.reason}): {describe(rt.prefix for rt in routes)}",
             _names(routes),
-            f"declare them {stored} (or store them unquantized)",
+            f"declare them {stored} (or store them unquantized)", data=_named(routes),
         )
 
 
@@ -294,8 +302,8 @@ def build_unknown(ctx: LintContext) -> Iterator[Finding]:
     for (engine, cause), routes in causes.items():
         yield SG205.finding(
             f"{engine}: {cause}; {len(routes)} module(s) not vouched for: {describe(rt.prefix for rt in routes)}",
-            tuple(n for rt in routes for n in rt.checkpoint_names),
+            _names(routes),
             "check these modules' load another way (LoadGuard: `specguard rule SG205`), or store them with a "
             "stack specguard models (`specguard rule SG205` lists them)",
-            data={"cause": cause, "quant_config": routes[0].vllm.quant_config if routes[0].vllm else None},
+            data=_named(routes, cause=cause, quant_config=routes[0].vllm.quant_config if routes[0].vllm else None),
         )

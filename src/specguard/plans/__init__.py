@@ -27,7 +27,10 @@ _INDEX = re.compile(r"((?:^|\.)layers\.)(?:\d+|\{[LDd]\})(?=\.|$)")
 
 
 class LayerClass(Vocabulary):
-    """What a recorded layer class is, in specguard's module kinds (layouts.roles.ModuleKind)."""
+    """What class of engine layer a module becomes (layouts.roles.ModuleKind is this one
+    vocabulary). The declared stage keys its rules on these (a global MoE switch applies to
+    routed experts only; ModelOpt quantizes heads; Fp8Config never does). ``embedding``/``head``
+    here name layer classes, not the roles of the same words."""
 
     ROUTED_EXPERTS = "routed_experts"
     LINEAR = "linear"

@@ -29,52 +29,49 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specguard.factory.models import Sizes
 
-@dataclass(frozen=True)
-class ModelConfig:
-    """Sizes, named as in DeepSeek's ModelArgs. Defaults are the trained model."""
+# The trained model's sizes (factory.Sizes: one dataclass of model dimensions for the factory and
+# this decoder). Its weights' metadata names them as DeepSeek's ModelArgs does (``_ARGS``).
+TRAINED = Sizes(vocab=256, layers=12)
+_ARGS = {"vocab_size": "vocab", "dim": "hidden", "n_layers": "layers", "n_heads": "heads", "head_dim": "head_dim",
+         "rope_head_dim": "rope_dim", "q_lora_rank": "q_lora", "o_lora_rank": "o_lora", "o_groups": "o_groups",
+         "n_routed_experts": "experts", "n_activated_experts": "experts_per_token", "moe_inter_dim": "moe_inter",
+         "n_mtp_layers": "mtp_layers", "max_seq_len": "max_seq_len", "rope_theta": "rope_theta",
+         "norm_eps": "norm_eps"}
 
-    vocab_size: int = 256  # bytes
-    dim: int = 256
-    n_layers: int = 12
-    n_heads: int = 2
-    head_dim: int = 128
-    rope_head_dim: int = 64  # RoPE on the last rope_head_dim channels of each head
-    q_lora_rank: int = 128
-    o_lora_rank: int = 128
-    o_groups: int = 2
-    n_routed_experts: int = 4
-    n_activated_experts: int = 2
-    moe_inter_dim: int = 128
-    n_shared_experts: int = 1  # shared expert hidden = n_shared_experts * moe_inter_dim
-    n_mtp_layers: int = 1
-    max_seq_len: int = 2048
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-6
 
-    def __post_init__(self) -> None:
-        # Quantized linears need 128 (FP8 block), 32 (MXFP4) and 16 (NVFP4) to divide them.
-        for name in ("dim", "head_dim", "q_lora_rank", "o_lora_rank", "moe_inter_dim"):
-            if getattr(self, name) % 128:
-                raise ValueError(f"{name}={getattr(self, name)} must be a multiple of 128")
-        if (self.n_heads * self.head_dim) % (128 * self.o_groups):
-            raise ValueError("n_heads * head_dim must split into o_groups multiples of 128")
-        if self.rope_head_dim % 2 or not 0 < self.rope_head_dim <= self.head_dim:
-            raise ValueError("rope_head_dim must be even and at most head_dim")
+def check_sizes(cfg: Sizes) -> Sizes:
+    """Sizes this decoder builds: quantized linears need 128 (FP8 block), 32 (MXFP4) and 16
+    (NVFP4) to divide them; RoPE rotates channel pairs."""
+    for name in ("hidden", "head_dim", "q_lora", "o_lora", "moe_inter", "shared_inter"):
+        if getattr(cfg, name) % 128:
+            raise ValueError(f"{name}={getattr(cfg, name)} must be a multiple of 128")
+    if (cfg.heads * cfg.head_dim) % (128 * cfg.o_groups):
+        raise ValueError("heads * head_dim must split into o_groups multiples of 128")
+    if cfg.rope_dim % 2 or not 0 < cfg.rope_dim <= cfg.head_dim:
+        raise ValueError("rope_dim must be even and at most head_dim")
+    return cfg
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
-    @classmethod
-    def from_json(cls, text: str) -> ModelConfig:
-        return cls(**json.loads(text))
+def sizes_json(cfg: Sizes) -> str:
+    """The weights' ``config`` metadata: ModelArgs names (the shipped weights carry them)."""
+    args = {arg: getattr(cfg, name) for arg, name in _ARGS.items()}
+    args["n_shared_experts"] = cfg.shared_inter // cfg.moe_inter
+    return json.dumps(args, sort_keys=True)
+
+
+def sizes_from_json(text: str) -> Sizes:
+    args = json.loads(text)
+    shared = args.pop("n_shared_experts", 1) * args.get("moe_inter_dim", TRAINED.moe_inter)
+    return check_sizes(replace(TRAINED, shared_inter=shared, **{_ARGS[k]: v for k, v in args.items()}))
 
 
 class Linear(nn.Linear):
@@ -108,9 +105,9 @@ class RMSNorm(nn.Module):
         return (x32 * self.weight.float()).to(x.dtype)
 
 
-def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables [max_seq_len, rope_head_dim/2] for rotary embeddings."""
-    half = cfg.rope_head_dim // 2
+    half = cfg.rope_dim // 2
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32) / half))
     angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
@@ -149,7 +146,7 @@ class KVCache:
     callers that feed positions in order without naming them.
     """
 
-    def __init__(self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, size: int | None = None) -> None:
+    def __init__(self, cfg: Sizes, device: torch.device, dtype: torch.dtype, size: int | None = None) -> None:
         shape = (1, 1, size or cfg.max_seq_len, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
@@ -173,17 +170,17 @@ class Attention(nn.Module):
     do not), and a grouped low-rank output (``wo_a`` per head group, ``wo_b``).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__()
-        self.n_heads, self.head_dim, self.o_groups = cfg.n_heads, cfg.head_dim, cfg.o_groups
-        self.wq_a = Linear(cfg.dim, cfg.q_lora_rank, bias=False)
-        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
-        self.wq_b = Linear(cfg.q_lora_rank, cfg.n_heads * cfg.head_dim, bias=False)
-        self.wkv = Linear(cfg.dim, cfg.head_dim, bias=False)
+        self.n_heads, self.head_dim, self.o_groups = cfg.heads, cfg.head_dim, cfg.o_groups
+        self.wq_a = Linear(cfg.hidden, cfg.q_lora, bias=False)
+        self.q_norm = RMSNorm(cfg.q_lora, cfg.norm_eps)
+        self.wq_b = Linear(cfg.q_lora, cfg.heads * cfg.head_dim, bias=False)
+        self.wkv = Linear(cfg.hidden, cfg.head_dim, bias=False)
         self.kv_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-        group_in = cfg.n_heads * cfg.head_dim // cfg.o_groups
-        self.wo_a = Linear(group_in, cfg.o_groups * cfg.o_lora_rank, bias=False)
-        self.wo_b = Linear(cfg.o_groups * cfg.o_lora_rank, cfg.dim, bias=False)
+        group_in = cfg.heads * cfg.head_dim // cfg.o_groups
+        self.wo_a = Linear(group_in, cfg.o_groups * cfg.o_lora, bias=False)
+        self.wo_b = Linear(cfg.o_groups * cfg.o_lora, cfg.hidden, bias=False)
 
     def context_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Key and value [B, 1, T, D] of x: ``kv_norm(wkv(x))``, RoPE on the key only."""
@@ -241,11 +238,11 @@ class Gate(nn.Module):
 
     bias: torch.Tensor  # a buffer (register_buffer): typed for mypy, set in __init__
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__()
-        self.topk = cfg.n_activated_experts
-        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.dim))
-        self.register_buffer("bias", torch.zeros(cfg.n_routed_experts))
+        self.topk = cfg.experts_per_token
+        self.weight = nn.Parameter(torch.empty(cfg.experts, cfg.hidden))
+        self.register_buffer("bias", torch.zeros(cfg.experts))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -257,14 +254,14 @@ class Gate(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__()
-        self.n_experts = cfg.n_routed_experts
+        self.n_experts = cfg.experts
         self.gate = Gate(cfg)
         self.experts = nn.ModuleList(
-            Expert(cfg.dim, cfg.moe_inter_dim) for _ in range(cfg.n_routed_experts)
+            Expert(cfg.hidden, cfg.moe_inter) for _ in range(cfg.experts)
         )
-        self.shared_experts = Expert(cfg.dim, cfg.n_shared_experts * cfg.moe_inter_dim)
+        self.shared_experts = Expert(cfg.hidden, cfg.shared_inter)
         self.aux_loss: torch.Tensor | None = None  # load-balance loss of the last forward
         self.load: torch.Tensor | None = None  # share of tokens per expert, last forward
 
@@ -304,11 +301,11 @@ class Block(nn.Module):
     main_norm: RMSNorm
     norm: RMSNorm
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.attn = Attention(cfg)
-        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.ffn = MoE(cfg)
 
     def forward(
@@ -325,13 +322,13 @@ class Block(nn.Module):
 class MTPBlock(Block):
     """DeepSeek MTP module: input = e_proj(enorm(embed(t+1))) + h_proj(hnorm(h_t))."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__(cfg)
-        self.enorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.hnorm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.e_proj = Linear(cfg.dim, cfg.dim, bias=False)
-        self.h_proj = Linear(cfg.dim, cfg.dim, bias=False)
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)  # before the shared head
+        self.enorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.hnorm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.e_proj = Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.h_proj = Linear(cfg.hidden, cfg.hidden, bias=False)
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)  # before the shared head
 
     def combine(self, emb_next: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         return self.e_proj(self.enorm(emb_next)) + self.h_proj(self.hnorm(hidden))
@@ -343,14 +340,14 @@ class Transformer(nn.Module):
     rope_cos: torch.Tensor  # buffers (register_buffer), set in __init__
     rope_sin: torch.Tensor
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: Sizes) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.head = Linear(cfg.dim, cfg.vocab_size, bias=False)
-        self.mtp = nn.ModuleList(MTPBlock(cfg) for _ in range(cfg.n_mtp_layers))
+        self.cfg = check_sizes(cfg)
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.head = Linear(cfg.hidden, cfg.vocab, bias=False)
+        self.mtp = nn.ModuleList(MTPBlock(cfg) for _ in range(cfg.mtp_layers))
         cos, sin = rope_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -400,7 +397,7 @@ class Transformer(nn.Module):
         (one per layer, batch 1) the tokens sit at ``positions`` (default: right
         after the cached ones) and see every cached position before them.
         """
-        capture = capture or (self.cfg.n_layers - 1,)
+        capture = capture or (self.cfg.layers - 1,)
         pos = self._positions(tokens.shape[1], caches, positions, 0)
         at = self.where(pos, caches[0].size if caches else None)
         x = self.embed(tokens)
@@ -436,7 +433,7 @@ class Transformer(nn.Module):
     def new_caches(self, n: int | None = None, size: int | None = None) -> list[KVCache]:
         """Empty caches of ``size`` slots (default max_seq_len): one per target layer (or ``n``)."""
         ref = self.head.weight
-        return [KVCache(self.cfg, ref.device, ref.dtype, size) for _ in range(n or self.cfg.n_layers)]
+        return [KVCache(self.cfg, ref.device, ref.dtype, size) for _ in range(n or self.cfg.layers)]
 
     @staticmethod
     def update_router_bias(blocks: nn.ModuleList, rate: float) -> None:
@@ -478,16 +475,16 @@ class DSparkDrafter(nn.Module):
     ``mtp.{j}.ffn.experts.{e}.w1.weight``, ``mtp.{n-1}.norm.weight``.
     """
 
-    def __init__(self, cfg: ModelConfig, n_stages: int = 3, target_layers: tuple[int, ...] | None = None) -> None:
+    def __init__(self, cfg: Sizes, n_stages: int = 3, target_layers: tuple[int, ...] | None = None) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.target_layers = target_layers or (0, cfg.n_layers - 1)
+        self.cfg = check_sizes(cfg)
+        self.target_layers = target_layers or (0, cfg.layers - 1)
         self.mtp = nn.ModuleList(Block(cfg) for _ in range(n_stages))
         first, last = self.mtp[0], self.mtp[-1]
         # registered on the stage blocks so the names are mtp.0.main_proj / mtp.{n-1}.norm
-        first.main_proj = Linear(cfg.dim * len(self.target_layers), cfg.dim, bias=False)
-        first.main_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        last.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        first.main_proj = Linear(cfg.hidden * len(self.target_layers), cfg.hidden, bias=False)
+        first.main_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        last.norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.apply(Transformer._init_weights)
 
     @property

@@ -46,7 +46,7 @@ from specguard.factory import ScenarioInfo, Sizes, write_scenario
 from specguard.formats.scheme import BF16, COMPRESSED_TENSORS, MODELOPT, MXFP4, NVFP4, UNQUANTIZED, Scheme
 from specguard.guard import LoadGuard, LoadReport
 from specguard.refdecoder import loader as ld
-from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.refdecoder.model import DSparkDrafter, Transformer
 from specguard.refdecoder.specdec import Drafter, DSparkDraft, MTPDrafter
 from specguard.refdecoder.weights import (
     bf16_state_dict,
@@ -79,16 +79,6 @@ class Loaded:
 
 # ----------------------------------------------------------------------------- export
 
-def sizes_for(cfg: ModelConfig) -> Sizes:
-    """The factory sizes that hold exactly this model's tensors."""
-    if cfg.n_shared_experts != 1:
-        raise ValueError("the factory writes one shared expert")
-    return Sizes(hidden=cfg.dim, vocab=cfg.vocab_size, layers=cfg.n_layers, experts=cfg.n_routed_experts,
-                 experts_per_token=cfg.n_activated_experts, moe_inter=cfg.moe_inter_dim,
-                 shared_inter=cfg.moe_inter_dim, heads=cfg.n_heads, head_dim=cfg.head_dim,
-                 q_lora=cfg.q_lora_rank, o_lora=cfg.o_lora_rank, o_groups=cfg.o_groups)
-
-
 def _numpy(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.float().numpy() for k, v in tensors.items()}
 
@@ -106,22 +96,23 @@ def export_scenario(name: str, outdir: Path, model_path: Path | None = None,
         given = {k: v for k, v in tensors.items() if not k.startswith("mtp.")} | drafter
     else:
         given = dict(tensors)
-    return write_scenario(name, outdir, size=sizes_for(cfg), weights=_numpy(given))
+    return write_scenario(name, outdir, size=cfg, weights=_numpy(given))
 
 
 # ----------------------------------------------------------------------------- load
 
-def model_config(config: Mapping[str, Any], base: ModelConfig) -> ModelConfig:
+def model_config(config: Mapping[str, Any], base: Sizes) -> Sizes:
     """Structural sizes from config.json; RoPE/sequence settings from ``base``."""
     dspark = "dspark_target_layer_ids" in config
     return replace(
-        base, vocab_size=config["vocab_size"], dim=config["hidden_size"],
-        n_layers=config["num_hidden_layers"], n_heads=config["num_attention_heads"],
-        head_dim=config["head_dim"], q_lora_rank=config["q_lora_rank"],
-        o_lora_rank=config["o_lora_rank"], o_groups=config["o_groups"],
-        n_routed_experts=config["n_routed_experts"], n_activated_experts=config["num_experts_per_tok"],
-        moe_inter_dim=config["moe_intermediate_size"], n_shared_experts=config["n_shared_experts"],
-        n_mtp_layers=0 if dspark else config.get("num_nextn_predict_layers", 0),
+        base, vocab=config["vocab_size"], hidden=config["hidden_size"],
+        layers=config["num_hidden_layers"], heads=config["num_attention_heads"],
+        head_dim=config["head_dim"], q_lora=config["q_lora_rank"],
+        o_lora=config["o_lora_rank"], o_groups=config["o_groups"],
+        experts=config["n_routed_experts"], experts_per_token=config["num_experts_per_tok"],
+        moe_inter=config["moe_intermediate_size"],
+        shared_inter=config["n_shared_experts"] * config["moe_intermediate_size"],
+        mtp_layers=0 if dspark else config.get("num_nextn_predict_layers", 0),
     )
 
 
@@ -291,7 +282,7 @@ def load_policy(
     target: Path,
     policy: str,
     drafter: Path | None = None,
-    base: ModelConfig | None = None,
+    base: Sizes | None = None,
     device: str | torch.device = "cpu",
     guard: bool = True,
 ) -> Loaded:
@@ -308,8 +299,8 @@ def load_policy(
     cfg = model_config(_read_config(target), base)
     model = Transformer(cfg)
     r_target = Resolver.open(target)
-    main = {str(i): f"layers.{i}" for i in range(cfg.n_layers)}
-    mtp = _expert_layers("mtp", cfg.n_mtp_layers, cfg.n_layers)
+    main = {str(i): f"layers.{i}" for i in range(cfg.layers)}
+    mtp = _expert_layers("mtp", cfg.mtp_layers, cfg.layers)
     names = list(model.state_dict())
     state, routes, report = _load_dir(target, r_target, policy, names, main | mtp, None, guard)
     model.load_state_dict(state)
@@ -320,7 +311,7 @@ def load_policy(
     dcfg = _read_config(drafter)
     d_model = DSparkDrafter(cfg, dcfg["n_mtp_layers"], tuple(dcfg["dspark_target_layer_ids"]))
     r_drafter = Resolver.open(drafter, draft_method=DSPARK, target=r_target)
-    d_layers = _expert_layers("mtp", len(d_model.mtp), cfg.n_layers)
+    d_layers = _expert_layers("mtp", len(d_model.mtp), cfg.layers)
     include = [f"model.layers.{layer}.*" for layer in d_layers]  # the drafter file holds no main layers
     d_state, d_routes, d_report = _load_dir(drafter, r_drafter, policy, list(d_model.state_dict()),
                                             d_layers, include, guard)

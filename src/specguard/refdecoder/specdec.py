@@ -106,7 +106,7 @@ class MTPDrafter:
 
     def __init__(self, model: Transformer) -> None:
         self.model = model
-        self.capture = (model.cfg.n_layers - 1,)  # the last hidden state
+        self.capture = (model.cfg.layers - 1,)  # the last hidden state
 
     def new_caches(self, size: int) -> list[KVCache]:
         return self.model.new_caches(1, size)

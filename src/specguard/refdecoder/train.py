@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specguard.factory.models import Sizes
 from specguard.refdecoder.corpus import read_split, stdlib_dir, unigram_bits_per_byte
-from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.refdecoder.model import TRAINED, DSparkDrafter, Transformer, sizes_json
 from specguard.refdecoder.specdec import Drafter, DSparkDraft, MTPDrafter, Runner, SpecStats, cache_size
 from specguard.refdecoder.weights import load_weights, save_dspark, save_weights
 
@@ -238,7 +239,7 @@ def _phases(model: Transformer, dspark: DSparkDrafter | None, cfg: TrainConfig) 
     return [p for p in phases if p.steps > 0]
 
 
-def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig, device: str,
+def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: Sizes, device: str,
           init: Path | None = None) -> dict[str, float]:
     """Run the phases with steps > 0; ``init``: start from saved target + MTP weights."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,7 +264,7 @@ def train(corpus_root: Path, out_dir: Path, cfg: TrainConfig, mcfg: ModelConfig,
     log(f"train config: {json.dumps(asdict(cfg))}")
     model = load_weights(init) if init else Transformer(mcfg)
     mcfg = model.cfg
-    log(f"model config: {mcfg.to_json()}" + (f" (initialised from {init})" if init else ""))
+    log(f"model config: {sizes_json(mcfg)}" + (f" (initialised from {init})" if init else ""))
     unigram = unigram_bits_per_byte(train_bytes, held_bytes)
     log(f"unigram baseline (train byte frequencies, add-one) held-out bpb: {unigram:.4f}")
 
@@ -348,5 +349,5 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     tcfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
-    train(args.corpus or stdlib_dir(), args.out, tcfg, ModelConfig(), args.device, args.init)
+    train(args.corpus or stdlib_dir(), args.out, tcfg, TRAINED, args.device, args.init)
     return 0

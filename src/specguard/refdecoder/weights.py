@@ -18,7 +18,8 @@ import torch
 
 from specguard.checkpoint.header import read_header
 from specguard.checkpoint.writer import save_file
-from specguard.refdecoder.model import DSparkDrafter, ModelConfig, Transformer
+from specguard.factory.models import Sizes
+from specguard.refdecoder.model import DSparkDrafter, Transformer, sizes_from_json, sizes_json
 
 
 def packaged_weights(name: str = "model.safetensors") -> Path:
@@ -36,7 +37,7 @@ def save_weights(
     """BF16 safetensors (sorted names, 8-byte aligned header) with the config in the metadata."""
     state = model.state_dict()
     save_file({name: to_numpy_bf16(x) for name, x in state.items()}, path,
-              {"config": model.cfg.to_json(), **(metadata or {})})
+              {"config": sizes_json(model.cfg), **(metadata or {})})
 
 
 def save_dspark(drafter: DSparkDrafter, path: Path, metadata: Mapping[str, str] | None = None) -> None:
@@ -63,7 +64,7 @@ def load_weights(
 ) -> Transformer:
     """Build the model from a BF16 file (default: the packaged one), computing in ``dtype``."""
     tensors, meta = read_bf16_safetensors(path or packaged_weights())
-    model = Transformer(ModelConfig.from_json(meta["config"]))
+    model = Transformer(sizes_from_json(meta["config"]))
     model.load_state_dict(tensors)
     return model.to(device=device, dtype=dtype).eval()
 
@@ -74,13 +75,13 @@ def load_dspark(
     """The DSpark-style drafter (default: the packaged one)."""
     tensors, meta = read_bf16_safetensors(path or packaged_weights("dspark.safetensors"))
     shape = json.loads(meta["dspark"])
-    drafter = DSparkDrafter(ModelConfig.from_json(meta["config"]), shape["n_stages"],
+    drafter = DSparkDrafter(sizes_from_json(meta["config"]), shape["n_stages"],
                             tuple(shape["target_layers"]))
     drafter.load_state_dict(tensors)
     return drafter.to(device=device, dtype=dtype).eval()
 
 
-def bf16_state_dict(path: Path | None = None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+def bf16_state_dict(path: Path | None = None) -> tuple[Sizes, dict[str, torch.Tensor]]:
     """Config and BF16 tensors of the trained model, by checkpoint name (what the factory exports)."""
     tensors, meta = read_bf16_safetensors(path or packaged_weights())
-    return ModelConfig.from_json(meta["config"]), tensors
+    return sizes_from_json(meta["config"]), tensors
