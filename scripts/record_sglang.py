@@ -17,16 +17,18 @@ from pathlib import Path
 
 from specguard.engines.sglang.recorder import PLANS_DIR, dumps, record_all
 from specguard.factory import write_scenario
+from specguard.resolve import Resolver
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek-v4-flash/config.json"
-SCENARIOS = ("s1", "s1-dspark", "s3", "s8-nvfp4")
+SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 
 
 def _complete(config_path: Path, **quant: object) -> None:
     config = json.loads(config_path.read_text())
     published = json.loads(PUBLISHED.read_text())
     for key, value in published.items():
-        config.setdefault(key, value)
+        if key != "quantization_config":  # an unquantized scenario (S8) stays unquantized
+            config.setdefault(key, value)
     # Per-layer KV compression (0: none), which SGLang's ModelConfig reads and neither the
     # factory nor the assembled published copy carries; it does not enter a quant decision.
     layers = int(config["num_hidden_layers"]) + int(config.get("num_nextn_predict_layers") or 0)
@@ -36,17 +38,24 @@ def _complete(config_path: Path, **quant: object) -> None:
     config_path.write_text(json.dumps(config, indent=1))
 
 
-def cases(root: Path) -> dict[str, tuple[Path, str]]:
-    """The checkpoints recorded: factory scenarios, and S1 as a hybrid FP8+NVFP4 export
+def _prefixes(path: Path) -> tuple[str, ...]:
+    """The checkpoint's runtime prefixes as specguard's SGLang layout names them (layouts/sglang.py):
+    what SGLang's own matching is asked about, so the record checks the layout and the matching."""
+    return tuple(Resolver.open(path, engine="sglang-0.5.23").prefixes())
+
+
+def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
+    """The checkpoints recorded: factory scenarios (DeepSeek-V4 S1, S1-DSpark, S3, S8;
+    DeepSeek-V3 S8-NVFP4, S6), and S1 as a hybrid FP8+NVFP4 export
     (``quant_algo: MIXED_PRECISION``, ``group_size: 16``, as nvidia/DeepSeek-V4-Pro-NVFP4)."""
-    out: dict[str, tuple[Path, str]] = {}
+    out: dict[str, tuple[Path, str, tuple[str, ...]]] = {}
     for name in SCENARIOS:
         write_scenario(name, root / name)
         _complete(root / name / "config.json")
-        out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE")
+        out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE", _prefixes(root / name))
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
-    out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE")
+    out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
     return out
 
 

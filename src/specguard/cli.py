@@ -33,7 +33,7 @@ ENGINE = "vLLM 0.33"  # engines.vllm.v0_33.ENGINE
 PLATFORMS = ("cuda", "rocm", "cpu")  # engines.vllm.v0_33.PLATFORMS
 DRAFT_METHODS = ("mtp", "dspark", "eagle")  # layouts.roles.DraftKind
 SEVERITIES = ("info", "warning", "error")  # lint.finding.Severity, ascending
-ENGINE_KEYS = ("vllm-0.33", "vllm-0.32")  # engines.registry.keys()
+ENGINE_KEYS = ("vllm-0.33", "vllm-0.32", "sglang-0.5.23")  # engines.registry.keys()
 DEFAULT_ENGINE = "vllm-0.33"  # engines.registry.DEFAULT
 
 

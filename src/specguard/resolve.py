@@ -117,6 +117,7 @@ class Resolver:
             self.layout: Layout = layout_for(
                 dict(self.config), draft_method=None if external else draft_method,
                 target_config=dict(target.config) if target is not None else None,
+                engine=engine_of(engine).layout,  # the engine's own runtime prefixes
             )
         except LayoutError as e:  # too little said, or counts no model has
             what = str(e) if checkpoint.config else "no config.json beside the weights (routing needs its claims)"

@@ -212,13 +212,24 @@ def test_deepseek_v3_main_stack_fusions():
 
 def test_sglang_nextn_prefixes():
     v4 = layout_for(V4, engine="sglang")
-    assert v4.runtime_prefix("mtp.0.ffn.experts.3.w1.weight") == "model.decoder.ffn.experts"
+    # deepseek_v4.py remap_weight_name_to_dpsk_hf_format: .ffn. -> .mlp., .attn. -> .self_attn.
+    assert v4.runtime_prefix("mtp.0.ffn.experts.3.w1.weight") == "model.decoder.mlp.experts"
+    assert v4.runtime_prefix("layers.3.ffn.experts.3.w1.weight") == "model.layers.3.mlp.experts"
+    assert v4.runtime_prefix("layers.3.attn.wq_a.weight") == "model.layers.3.self_attn.wqkv_a"
+    assert v4.runtime_prefix("mtp.0.ffn.shared_experts.w2.weight") == "model.decoder.mlp.shared_experts.down_proj"
     assert v4.runtime_prefix("mtp.0.e_proj.weight") == "model.e_proj"
     assert v4.runtime_prefix("mtp.0.head.weight") == "model.shared_head.head"
-    assert v4.role("model.decoder.ffn.experts").is_draft
+    assert v4.role("model.decoder.mlp.experts").is_draft
+    # deepseek_v4_dspark.py: stage k is stages.{k}, main_proj on stage 0, no model. root
+    dspark = layout_for({**V4, "num_nextn_predict_layers": 3, "dspark_target_layer_ids": [1, 2]}, engine="sglang")
+    assert dspark.runtime_prefix("mtp.2.ffn.experts.0.w3.weight") == "stages.2.mlp.experts"
+    assert dspark.runtime_prefix("mtp.1.main_proj.weight") == "stages.0.main_proj"
+    assert dspark.role("stages.2.mlp.experts") == r.Role(r.DRAFT, r.DSPARK, V4["num_hidden_layers"] + 2, 2)
     v3 = layout_for(V3, engine="sglang")
     assert v3.runtime_prefix("model.layers.61.mlp.experts.0.up_proj.weight") == "model.decoder.mlp.experts"
     assert v3.runtime_prefix("model.layers.61.eh_proj.weight") == "model.eh_proj"
+    assert v3.runtime_prefix("model.layers.3.self_attn.q_a_proj.weight") == (
+        "model.layers.3.self_attn.fused_qkv_a_proj_with_mqa")  # deepseek_v2.py; vLLM: fused_qkv_a_proj
     assert v3.role("model.decoder.self_attn.o_proj").is_draft
     assert not v3.role("model.layers.3.self_attn.o_proj").is_draft
 

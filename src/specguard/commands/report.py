@@ -212,7 +212,8 @@ def build_report(views: Sequence[EngineView], *, fix: dict, fail_on: str = "warn
     by_key: dict[tuple[str, str], int] = {}
     for e, view in enumerate(views):
         for r, rt in view.routes:
-            key = (r.checkpoint.name, rt.prefix)
+            # one module, whatever each engine calls it (SGLang: model.decoder.*), joined by what is stored
+            key = (r.checkpoint.name, rt.checkpoint_names[0] if rt.checkpoint_names else rt.prefix)
             rec = route_record(r, rt)
             if key not in by_key:
                 by_key[key] = len(routes)

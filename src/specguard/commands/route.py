@@ -83,9 +83,9 @@ def render_matrix(by_engine: dict[str, list[tuple[Resolver, Route]]], out: Conso
     keys = list(by_engine)
     cells: dict[str, list[Route]] = {}
     for engine in keys:
-        for _, rt in by_engine[engine]:
-            cells.setdefault(rt.prefix, []).append(rt)
-    rows = [(prefix, rts) for prefix, rts in cells.items() if len(rts) == len(keys)]
+        for _, rt in by_engine[engine]:  # joined by what is stored: engines name one module differently
+            cells.setdefault(rt.checkpoint_names[0] if rt.checkpoint_names else rt.prefix, []).append(rt)
+    rows = [(rts[0].prefix, rts) for rts in cells.values() if len(rts) == len(keys)]
 
     def cell(rt: Route) -> str:
         built = rt.vllm.scheme.format if rt.vllm else "—"

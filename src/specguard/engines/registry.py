@@ -24,6 +24,7 @@ class Engine:
     key: str  # registry key and plans/ folder: "vllm-0.33"
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
+    layout: str = "vllm"  # whose runtime prefixes its routes use (layouts.layout_for's engine)
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -43,7 +44,14 @@ def _vllm_032() -> Engine:
     return Engine(PLAN_ENGINE, ENGINE, Vllm032)
 
 
-_FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032}
+def _sglang_0523() -> Engine:
+    from specguard.engines.sglang.v0_5_23 import ENGINE, PLAN_ENGINE, Sglang0523
+
+    return Engine(PLAN_ENGINE, ENGINE, Sglang0523, layout="sglang")
+
+
+_FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032,
+                                               "sglang-0.5.23": _sglang_0523}
 _BUILT: dict[str, Engine] = {}
 
 

@@ -8,10 +8,11 @@ from typing import Any
 from specguard import plans
 from specguard.errors import LayoutError
 from specguard.layouts import roles as r
-from specguard.layouts.base import VLLM, Layout
+from specguard.layouts.base import SGLANG, VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
+from specguard.layouts.sglang import SglangDeepseekV3Layout, SglangDeepseekV4Layout
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
@@ -106,6 +107,8 @@ def layout_for(
     nextn = nextn or 0
     if model_type in DEEPSEEK_V3_TYPES:
         mha = model_type == "deepseek" or not (cfg.get("qk_nope_head_dim") or cfg.get("qk_rope_head_dim"))
+        if engine == SGLANG:
+            return SglangDeepseekV3Layout(n, nextn, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha)
         return DeepseekV3Layout(
             n, nextn, r.MTP, engine=engine, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha
         )
@@ -133,6 +136,8 @@ def _deepseek_v4(
         k = _int(cfg, "n_mtp_layers", *(("num_nextn_predict_layers",) if v41 else ())) or 3
     else:
         k = _int(cfg, "num_nextn_predict_layers") or 0
+    if engine == SGLANG:  # SGLang's own names (layouts/sglang.py)
+        return SglangDeepseekV4Layout(n, k, kind)
     return DeepseekV4Layout(
         n, k, kind, engine=engine, context_wkv=not v41, root="language_model.model" if v41 else "model"
     )

@@ -49,8 +49,35 @@ def _cpu_prelude() -> None:
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
 
-def _quant_facts(qc: Any) -> dict[str, Any]:
-    """The quant config's class and, per routed-expert prefix, what its own matching code says."""
+def _prefix_facts(qc: Any, prefix: str) -> dict[str, bool | str]:
+    """What ``qc``'s own matching code answers for one SGLang runtime prefix: Fp8Config's
+    ``is_layer_skipped`` over its ``ignored_layers``, the ModelOpt NVFP4 config's
+    ``is_layer_excluded`` and ``is_layer_skipped`` over its ``exclude_modules`` ("raises": the
+    ValueError a fused layer whose shards disagree raises)."""
+    from sglang.srt.layers.quantization.utils import is_layer_skipped
+
+    fp8 = getattr(qc, "fp8_config", qc)
+    nvfp4 = getattr(qc, "nvfp4_config", qc if hasattr(qc, "is_layer_excluded") else None)
+    calls: dict[str, Any] = {}
+    if getattr(fp8, "ignored_layers", None) is not None:
+        calls["fp8_skipped"] = lambda: is_layer_skipped(prefix, fp8.ignored_layers,
+                                                        fused_mapping=getattr(fp8, "packed_modules_mapping", {}))
+    if nvfp4 is not None:
+        calls["nvfp4_excluded"] = lambda: nvfp4.is_layer_excluded(prefix)
+        calls["nvfp4_skipped"] = lambda: is_layer_skipped(prefix, nvfp4.exclude_modules or [],
+                                                          nvfp4.packed_modules_mapping or {})
+    out: dict[str, bool | str] = {}
+    for key, call in calls.items():
+        try:
+            out[key] = bool(call())
+        except ValueError:
+            out[key] = "raises"
+    return out
+
+
+def _quant_facts(qc: Any, prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The quant config's class and, per routed-expert prefix, what its own matching code says;
+    per SGLang runtime prefix of the checkpoint (``prefixes``) the same for every layer."""
     if qc is None:
         return {"class": None}
     from sglang.srt.layers.quantization.utils import is_layer_skipped
@@ -76,6 +103,10 @@ def _quant_facts(qc: Any) -> dict[str, Any]:
             row["nvfp4_excluded"] = bool(nvfp4.is_layer_excluded(prefix))
         per_prefix[prefix] = row
     facts["experts"] = per_prefix
+    if prefixes:
+        facts["prefixes"] = {prefix: _prefix_facts(qc, prefix) for prefix in prefixes}
+        facts["packed_modules_mapping"] = {k: list(v) for k, v in
+                                           (getattr(fp8, "packed_modules_mapping", None) or {}).items()}
     return facts
 
 
@@ -99,9 +130,10 @@ def complete_config(path: Path) -> None:
     file.write_text(json.dumps(config, indent=1))
 
 
-def record_case(path: Path, algorithm: str | None = "EAGLE") -> dict[str, Any]:
+def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
     """SGLang's target and draft decisions for the checkpoint at ``path``, the draft served
-    with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head)."""
+    with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head);
+    ``prefixes``: the checkpoint's SGLang runtime prefixes (layouts/sglang.py) to ask about."""
     complete_config(path)
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
@@ -114,11 +146,11 @@ def record_case(path: Path, algorithm: str | None = "EAGLE") -> dict[str, Any]:
         qc = _get_quantization_config(mc, LoadConfig())
         out[side] = {"architecture": mc.hf_config.architectures[0], "quantization": mc.quantization,
                      "is_fp4_experts": mc.is_fp4_experts, "nvfp4_moe_meta": mc.nvfp4_moe_meta,
-                     "quant_config": _quant_facts(qc)}
+                     "quant_config": _quant_facts(qc, prefixes)}
     return out
 
 
-def record_all(cases: dict[str, tuple[Path, str | None]]) -> dict[str, Any]:
+def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]]) -> dict[str, Any]:
     """Every case, in one SGLang process (one engine start per version)."""
     _cpu_prelude()
     from importlib.metadata import version
@@ -129,8 +161,8 @@ def record_all(cases: dict[str, tuple[Path, str | None]]) -> dict[str, Any]:
                               "platform": {k: list(v) if isinstance(v, tuple) else v for k, v in PLATFORM.items()},
                               "cases": {}}
     with override_platform(**PLATFORM):
-        for name, (path, algorithm) in cases.items():
-            result["cases"][name] = record_case(path, algorithm)
+        for name, (path, algorithm, prefixes) in cases.items():
+            result["cases"][name] = record_case(path, algorithm, prefixes)
     return result
 
 

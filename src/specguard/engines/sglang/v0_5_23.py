@@ -1,0 +1,297 @@
+"""What SGLang 0.5.23 builds for a runtime prefix (docs/engines.md "SGLang 0.5.23").
+
+Restated from SGLang's source and checked against what its real code decided on CPU
+(plans/sglang-0.5.23/deepseek_v4.json, recorded by engines/sglang/recorder.py). The
+prefixes are SGLang's own (layouts/sglang.py: ``model.decoder.*`` for DeepSeek-V4's
+NextN layer, ``stages.{k}.*`` for DSpark, ``.mlp.``/``.self_attn.`` for ``.ffn.``/``.attn.``),
+so an exclusion is matched where SGLang matches it. Sources (site-packages ``sglang/srt/``):
+
+- quant-config choice: configs/model_config.py ``_parse_quant_hf_config`` (config.json's
+  ``quantization_config``, else hf_quant_config.json), ``model_loader/loader.py
+  _get_quantization_config`` (``Fp8Config.is_fp4_experts`` from the ModelConfig; a
+  ``MIXED_PRECISION`` + ``moe_quant_algo: NVFP4`` config becomes ``HybridFp8NvFp4Config``
+  whose NVFP4 half excludes ``ignore`` + ``model.decoder.*`` + ``stages.*``).
+- the draft: ``arg_groups/serving_hook.py`` / ``ModelConfig.from_server_args``: the draft
+  ModelConfig reads the same config.json (NextN/DSpark drafts live in the target's
+  checkpoint) and takes ``--speculative-draft-model-quantization`` if given, else the
+  target's ``--quantization`` (unset: config.json decides); ``unquant`` means none.
+  ``is_fp4_experts`` is one answer for target and draft (the header probe).
+- DeepSeek-V4 routed experts: ``is_fp4_experts`` from ``routed_experts_quant_method``, else
+  configs/deepseek_v4.py ``try_detect_fp4_experts``: the dtype of the first routed-expert
+  weight in the index's order (U8/I8/F4: MXFP4; F8_E4M3: FP8); fp8.py ``Fp8Config``:
+  ``is_layer_skipped`` -> unquantized, else MXFP4 when ``is_fp4_experts``, else FP8 block.
+- linears: fp8.py ``Fp8Config.get_quant_method`` (``is_layer_skipped`` on ``ignored_layers``
+  kept with and without ``model.``; no globs); modelopt_quant.py ``_get_quant_method``
+  (``is_layer_skipped`` or ``is_layer_excluded``, globbed, part by part).
+- built without the quant config: the MoE router (deepseek_v2.py ``MoEGate``, not a
+  LinearBase), DeepSeek-V4's ``compressor`` (``expert_pack_quant_config``, None for these
+  stacks), DeepSeek-V3 NextN's ``eh_proj`` (deepseek_nextn.py: a plain ``nn.Linear`` but
+  under Quark). A NextN draft's embedding and head are the target's
+  (speculative/eagle_worker_v2.py ``set_embed_and_head``): not built from the draft's bytes.
+- DeepSeek-V4 ``wo_a`` (deepseek_v4.py ``wo_a_fp8_gemm_enabled``): FP8 through its own GEMM
+  under ``Fp8Config`` with 128x128 blocks, "any other layout dequantizes wo_a to bf16 at load".
+
+Families modelled: DeepSeek-V4 (NextN and DSpark) and DeepSeek-V3 NextN, under no
+quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
+(ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specguard.engines import NOT_MODELLED, EngineChoice, Refusal
+from specguard.engines.sglang import patterns as p
+from specguard.formats import scheme as s
+from specguard.formats.scheme import Scheme
+from specguard.formats.table import Module
+from specguard.layouts import Layout, layout_for
+from specguard.layouts import roles as r
+from specguard.layouts.base import SGLANG
+from specguard.layouts.registry import DEEPSEEK_V3_TYPES, DEEPSEEK_V4_TYPES, is_deepseek_v41, text_config
+
+ENGINE = "SGLang 0.5.23"
+PLAN_ENGINE = "sglang-0.5.23"
+_QC = "sglang.srt.layers.quantization"
+FP8_CLASS, HYBRID_CLASS = f"{_QC}.fp8.Fp8Config", f"{_QC}.modelopt_quant.HybridFp8NvFp4Config"
+MODELOPT_FP4_CLASS = f"{_QC}.modelopt_quant.ModelOptFp4Config"
+NVFP4 = Scheme(s.NVFP4, s.MODELOPT, group_size=16, scale_dtype="F8_E4M3", weight_dtype="U8")
+MXFP4 = Scheme(s.MXFP4, s.DEEPSEEK, group_size=32, scale_dtype="F8_E8M0")
+# model_loader/weight_utils.py ``_ROUTED_EXPERT_KEY_RE``
+_ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|gate_proj)\.weight$")
+_NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
+
+
+class Sglang0523:
+    """SGLang 0.5.23's routing for one checkpoint and the draft it serves from it."""
+
+    name = ENGINE
+    plan_engine = PLAN_ENGINE
+    platforms = ("cuda",)  # modelled as the recorder ran it: an SM100 CUDA machine (override_platform)
+
+    def __init__(self, config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None, *,
+                 platform: str = "cuda", draft_method: str | None = None,
+                 draft_config: Mapping[str, Any] | None = None,
+                 draft_hf_quant_config: Mapping[str, Any] | None = None,
+                 tensor_dtypes: Mapping[str, str] | None = None,
+                 draft_quantization: str | None = None) -> None:
+        """``draft_quantization``: ``--speculative-draft-model-quantization`` (None: the draft's
+        config.json decides; ``unquant``: no quant config for the draft)."""
+        self.config = config
+        self.text = text_config(config)
+        self.platform = platform
+        self.layout: Layout = layout_for(config, draft_method=draft_method, engine=SGLANG)
+        self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
+        self.draft_quantization = draft_quantization
+        quant = config.get("quantization_config") or self.text.get("quantization_config")
+        self.nested = not isinstance(quant, Mapping)
+        self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (hf_quant_config or {})
+        self.quant_class = self._quant_class()
+        self.is_fp4_experts = self._fp4_experts(tensor_dtypes)
+        self._why_unknown = self._unmodelled(draft_config)
+
+    # -- which quant config --------------------------------------------------
+
+    def _quant_class(self) -> str | None:
+        """The quant-config class ``_get_quantization_config`` builds (None: no quantization;
+        ``"?<method>"``: a method this model does not restate)."""
+        q = self.quant
+        if not q:
+            return None
+        method = str(q.get("quant_method") or "").lower()
+        algo = str(q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo") or "").upper()
+        if method == "fp8":
+            hybrid = (algo == "MIXED_PRECISION" and str(q.get("moe_quant_algo") or "").upper() == "NVFP4"
+                      and q.get("group_size") is not None)
+            return HYBRID_CLASS if hybrid else FP8_CLASS
+        if (method in ("modelopt", "") or self.nested) and "NVFP4" in algo:
+            return MODELOPT_FP4_CLASS
+        return f"?{method or algo or 'unknown'}"
+
+    def _fp4_experts(self, dtypes: Mapping[str, str] | None) -> bool:
+        """configs/model_config.py: ``routed_experts_quant_method == "mxfp4"``; for DeepSeek-V4
+        without it, the header probe of the first routed-expert weight (default True:
+        ``SGLANG_DSV4_FP4_EXPERTS``)."""
+        method = self.quant.get("routed_experts_quant_method")
+        if method is not None or self.model_type not in DEEPSEEK_V4_TYPES:
+            return method == "mxfp4"
+        first = next((n for n in dtypes or {} if _ROUTED_EXPERT_KEY.search(n)), None)
+        dtype = dtypes[first] if first is not None and dtypes is not None else None
+        return dtype != "F8_E4M3"  # U8/I8/F4: MXFP4; any other or none: the default, True
+
+    def _unmodelled(self, draft_config: Mapping[str, Any] | None) -> str | None:
+        """Why no SGLang fact covers this checkpoint (None: the model below answers)."""
+        arch = str((self.config.get("architectures") or ["?"])[0])
+        if draft_config is not None:
+            return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
+        if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
+            return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
+        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES:
+            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4 and -V3 only)"
+        if self.quant_class is not None and self.quant_class.startswith("?"):
+            return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
+        return None
+
+    # -- the EngineModel protocol -------------------------------------------------
+
+    def v41_ignore_name(self, prefix: str, num_hidden_layers: int) -> str | None:
+        return None  # SGLang has no DeepSeek-V4.1 ``ignore`` reading of vLLM's kind
+
+    def exclusion_rename(self, pattern: str, *, v41: bool = False) -> str:
+        return pattern  # matched as written (Fp8Config also tries it with and without ``model.``)
+
+    def gptq_dynamic_fix(self, dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
+        return None  # GPTQ under SGLang is not modelled
+
+    def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        return []  # SGLang's start-up refusals are not modelled; unmodelled stacks route unknown
+
+    def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
+        proj = prefix.rsplit(".", 1)[-1]
+        shards = {"gate_up_proj": ("gate_proj", "up_proj"), "wqkv_a": ("wq_a", "wkv")}.get(proj, ())
+        return tuple(prefix.replace(proj, sh) for sh in shards)
+
+    def built_without_quant_config(self, prefix: str, kind: str) -> bool:
+        if prefix.endswith(_NO_QUANT_CONFIG) or ".self_attn.compressor." in prefix:
+            return True
+        # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
+        return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
+
+    def not_built(self, prefix: str, model: str | None = None) -> EngineChoice | None:
+        role = self.layout.role(prefix)
+        if role.is_draft and role.draft_kind == r.MTP and prefix in ("model.shared_head.head", "model.embed_tokens"):
+            why = "the NextN draft serves the target's embedding and head (speculative/eagle_worker_v2.py " \
+                  "set_embed_and_head)"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), "not built", why, self._class_for(role.is_draft))
+        return None
+
+    def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
+        draft = self.layout.role(runtime_prefix).is_draft
+        cls = self._class_for(draft)
+        if self._why_unknown is not None and kind not in (r.NORM, r.OTHER):
+            return EngineChoice(Scheme(s.UNKNOWN, reason=self._why_unknown), NOT_MODELLED, self._why_unknown, cls)
+        if kind in (r.NORM, r.OTHER):
+            return self._plain(cls, "Parameter", "not a quantizable layer")
+        if self.built_without_quant_config(runtime_prefix, kind):
+            return self._plain(cls, _unquantized(kind), "the model builds this layer without the quant config")
+        if cls is None:
+            return self._plain(None, _unquantized(kind), "no quant config"
+                               + (" (--speculative-draft-model-quantization unquant)" if draft else ""))
+        try:
+            if cls == MODELOPT_FP4_CLASS:
+                return self._modelopt(runtime_prefix, kind, cls)
+            return self._fp8(runtime_prefix, kind, cls)
+        except p.ShardsDisagree as exc:
+            return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"is_layer_skipped raises: {exc}",
+                                cls)
+
+    # -- the lists, as SGLang's quant config holds them -------------------------------
+
+    def fp8_ignored(self) -> list[str]:
+        """Fp8Config's ``ignored_layers`` (both ``model.`` spellings)."""
+        return p.fp8_ignored_layers(self.quant) if self.quant_class in (FP8_CLASS, HYBRID_CLASS) else []
+
+    def nvfp4_excludes(self) -> list[str] | None:
+        """The NVFP4 config's ``exclude_modules`` (None: no NVFP4 config): ModelOptFp4Config's from
+        its config, the hybrid's ``ignore`` plus the NextN and DSpark draft prefixes."""
+        if self.quant_class == HYBRID_CLASS:
+            return [*(str(x) for x in self.quant.get("ignore") or []), *p.HYBRID_DRAFT_EXCLUDES]
+        if self.quant_class == MODELOPT_FP4_CLASS:
+            return p.modelopt_excludes(self.quant, self.nested)
+        return None
+
+    def matching(self, prefix: str) -> dict[str, bool | str]:
+        """What SGLang's matching answers for ``prefix``, keyed as the recorder records it
+        (engines/sglang/recorder.py ``_prefix_facts``)."""
+        out: dict[str, bool | str] = {}
+        calls = {}
+        if self.quant_class in (FP8_CLASS, HYBRID_CLASS):
+            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored())
+        excludes = self.nvfp4_excludes()
+        if excludes is not None:
+            calls["nvfp4_excluded"] = lambda: p.is_layer_excluded(prefix, excludes)
+            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes)
+        for key, call in calls.items():
+            try:
+                out[key] = call()
+            except p.ShardsDisagree:
+                out[key] = "raises"
+        return out
+
+    # -- per stack ------------------------------------------------------------------
+
+    def _class_for(self, draft: bool) -> str | None:
+        return self._draft_quant() if draft else self.quant_class
+
+    def _draft_quant(self) -> str | None:
+        if self.draft_quantization == "unquant":
+            return None
+        if self.draft_quantization is not None:
+            return f"?{self.draft_quantization}"
+        return self.quant_class
+
+    def _draft_quant_is(self, name: str) -> bool:
+        return str(self.quant.get("quant_method") or "").lower() == name
+
+    def _plain(self, cls: str | None, method: str, why: str) -> EngineChoice:
+        return EngineChoice(Scheme(s.BF16, s.PLAIN), method, why, cls)
+
+    def _fp8(self, prefix: str, kind: str, cls: str) -> EngineChoice:
+        if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
+            return self._plain(cls, "None", "fp8.py Fp8Config.get_quant_method: not a LinearBase/FusedMoE")
+        ignored = self.fp8_ignored()
+        skipped = p.is_layer_skipped(prefix, ignored)
+        lists = f"ignored_layers as SGLang holds them: {ignored}"
+        if kind == r.ROUTED_EXPERTS:
+            return self._fp8_experts(prefix, cls, skipped, lists)
+        if skipped:
+            return self._plain(cls, "UnquantizedLinearMethod", f"fp8.py is_layer_skipped; {lists}")
+        block = self.quant.get("weight_block_size")
+        scheme = self._fp8_linear(block)
+        if prefix.endswith(".self_attn.wo_a") and list(block or ()) != [128, 128]:
+            return EngineChoice(scheme, "dequantized to BF16 at load",
+                                "deepseek_v4.py wo_a_fp8_gemm_enabled: not 128x128 blocks", cls)
+        return EngineChoice(scheme, "Fp8LinearMethod", f"fp8.py Fp8Config: linear, not skipped ({lists})", cls)
+
+    def _fp8_experts(self, prefix: str, cls: str, skipped: bool, lists: str) -> EngineChoice:
+        if cls == HYBRID_CLASS:
+            exclude = self.nvfp4_excludes() or []
+            if not p.is_layer_excluded(prefix, exclude):
+                return EngineChoice(NVFP4, "ModelOptNvFp4FusedMoEMethod",
+                                    f"HybridFp8NvFp4Config: {prefix} matches no NVFP4 exclusion {exclude}", cls)
+            lists = f"NVFP4 half excludes it ({exclude}); falls back to Fp8Config"
+        elif skipped:
+            return self._plain(cls, "UnquantizedFusedMoEMethod", f"fp8.py is_layer_skipped; {lists}")
+        if self.is_fp4_experts:
+            return EngineChoice(MXFP4, "Mxfp4FlashinferTrtllmMoEMethod",
+                                f"Fp8Config.is_fp4_experts (one answer for every layer, target and draft); {lists}",
+                                cls)
+        return EngineChoice(self._fp8_linear(self.quant.get("weight_block_size")), "Fp8MoEMethod",
+                            f"Fp8Config, is_fp4_experts false; {lists}", cls)
+
+    def _fp8_linear(self, block: Any) -> Scheme:
+        e8m0 = str(self.quant.get("scale_fmt") or "") == "ue8m0" or (
+            self.model_type in DEEPSEEK_V4_TYPES and self.is_fp4_experts)
+        if not block:
+            return Scheme(s.FP8_TENSOR, scale_dtype="F32", weight_dtype="F8_E4M3")
+        return Scheme(s.FP8_BLOCK, s.DEEPSEEK, block=tuple(block), scale_dtype="F8_E8M0" if e8m0 else "F32",
+                      weight_dtype="F8_E4M3")
+
+    def _modelopt(self, prefix: str, kind: str, cls: str) -> EngineChoice:
+        exclude = self.nvfp4_excludes() or []
+        if kind == r.EMBEDDING_KIND:
+            return self._plain(cls, "None", "modelopt_quant.py _get_quant_method: no method for embeddings")
+        if kind == r.ROUTED_EXPERTS:
+            if p.is_layer_excluded(prefix, exclude):
+                return self._plain(cls, "None", f"modelopt_quant.py is_layer_excluded: {exclude}")
+            return EngineChoice(NVFP4, "ModelOptNvFp4FusedMoEMethod", f"ModelOptFp4Config; excludes {exclude}", cls)
+        if p.is_layer_skipped(prefix, exclude) or p.is_layer_excluded(prefix, exclude):
+            return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
+        return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
+                            f"exclusion {exclude}", cls)
+
+
+def _unquantized(kind: str) -> str:
+    return "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"

@@ -1,0 +1,169 @@
+"""DeepSeek-V4 native checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
+
+SGLang names the layers of one checkpoint differently from vLLM, so an exclusion
+written for one engine's prefixes can match nothing under the other's. Read from
+SGLang 0.5.23's source (site-packages ``sglang/srt/``):
+
+- target layers: models/deepseek_v4.py ``DeepseekV4DecoderLayer`` builds
+  ``self_attn`` (``DeepseekV4Attention``: ``wqkv_a`` when ``SGLANG_OPT_FUSE_WQA_WKV``,
+  default on (environ.py), else ``wq_a``/``wkv``; ``wq_b``, ``wo_a``, ``wo_b``,
+  ``compressor``, ``indexer``) and ``mlp`` (deepseek_v2.py ``DeepseekV2MoE``:
+  ``gate``, ``experts``, ``shared_experts.gate_up_proj``/``down_proj``), the names
+  ``remap_weight_name_to_dpsk_hf_format`` maps checkpoint names onto
+  (``.attn.`` -> ``.self_attn.``, ``.ffn.`` -> ``.mlp.``, ``.w1/.w3/.w2.`` ->
+  ``gate_proj/up_proj/down_proj``, the norms to ``input_layernorm`` /
+  ``post_attention_layernorm``);
+- the NextN draft (models/deepseek_v4_nextn.py): ``mtp.0.X`` becomes the decoder
+  layer ``model.decoder.X``; ``e_proj``, ``h_proj``, ``enorm``, ``hnorm`` and
+  ``hc_head_*`` sit at ``model.X``, the head at ``model.shared_head.head``;
+- DeepSeek-V3 (models/deepseek_v2.py ``DeepseekV2AttentionMLA``): ``q_a_proj`` and
+  ``kv_a_proj_with_mqa`` fuse into ``self_attn.fused_qkv_a_proj_with_mqa`` (vLLM:
+  ``fused_qkv_a_proj``); its NextN layer is ``model.decoder`` (layouts/deepseek.py);
+- the DSpark draft (models/deepseek_v4_dspark.py ``DeepseekV4ForCausalLMDSpark``,
+  ``_remap_dspark_weight_name``): stage ``k`` is ``stages.{k}`` (no ``model.``
+  root), ``main_proj``/``main_norm`` live on stage 0, ``norm`` and ``hc_head_*`` on
+  the last stage, ``markov_head.embed/head`` -> ``markov_head.markov_w1/markov_w2``.
+"""
+
+from __future__ import annotations
+
+from specguard.layouts import fusions
+from specguard.layouts import roles as r
+from specguard.layouts.base import SGLANG, Placement
+from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
+
+_NEXTN_TOP = ("e_proj", "h_proj", "enorm", "hnorm", "hc_head_fn", "hc_head_base", "hc_head_scale")
+_STAGE0 = ("main_proj", "main_norm")  # DSparkV4StageMixin: stage 0 only
+_LAST_STAGE = ("norm", "hc_head_fn", "hc_head_base", "hc_head_scale")  # the last stage only
+_DSPARK_TOP = ("markov_head", "confidence_head")  # on the DSpark model itself, no root
+_NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+_SHARED = {"w1": "gate_up_proj", "w3": "gate_up_proj", "w2": "down_proj"}
+
+
+def deepseek_v4(rest: str, *, fuse_wqa_wkv: bool = True) -> fusions.Fused:
+    """SGLang's layer (quant prefix below the decoder layer), kind and parameter path for the
+    part ``rest`` of a DeepSeek-V4 checkpoint name below its layer (``ffn.experts.3.w1``)."""
+    segs = rest.split(".")
+    head, tail = segs[0], segs[1:]
+    if head in _NORMS:
+        return fusions.Fused(_NORMS[head], r.NORM, _NORMS[head])
+    if head == "ffn":
+        if tail[:1] == ["experts"] and (len(tail) == 1 or tail[1].isdigit()):
+            return fusions.Fused("mlp.experts", r.ROUTED_EXPERTS, "mlp.experts")
+        if tail[:1] == ["shared_experts"] and len(tail) == 2 and tail[1] in _SHARED:
+            name = f"mlp.shared_experts.{_SHARED[tail[1]]}"
+            return fusions.Fused(name, r.LINEAR, name)
+        rest = ".".join(["mlp", *tail])
+    elif head == "attn":
+        if fuse_wqa_wkv and tail in (["wq_a"], ["wkv"]):
+            return fusions.Fused("self_attn.wqkv_a", r.LINEAR, "self_attn.wqkv_a")
+        rest = ".".join(["self_attn", *tail])
+    return fusions.Fused(rest, fusions.kind_of(rest), rest)
+
+
+class SglangDeepseekV4Layout(DeepseekV4Layout):
+    """DeepSeek-V4 (native names) with a NextN or DSpark draft, as SGLang 0.5.23 builds it."""
+
+    family = "deepseek_v4"
+
+    def __init__(self, num_hidden_layers: int, num_draft_layers: int = 0, draft_kind: str | None = r.MTP, *,
+                 fuse_wqa_wkv: bool = True) -> None:
+        super().__init__(num_hidden_layers, num_draft_layers, draft_kind, engine=SGLANG)
+        self.fuse_wqa_wkv = fuse_wqa_wkv
+
+    def draft_inputs(self) -> list[tuple[int | None, tuple[str, ...]]]:
+        return []  # SGLang's draft inputs are not modelled
+
+    def _fuse(self, rest: str) -> fusions.Fused:
+        return deepseek_v4(rest, fuse_wqa_wkv=self.fuse_wqa_wkv)
+
+    def _runtime_role(self, name: str) -> r.Role | None:
+        segs = name.split(".")
+        if segs[0] == "stages" and len(segs) > 1 and segs[1].isdigit():
+            k = int(segs[1])
+            return r.Role(r.DRAFT, r.DSPARK, self.num_hidden_layers + k, k)
+        if segs[0] in _DSPARK_TOP:
+            return r.Role(r.DRAFT, r.DSPARK, None, None)
+        return super()._runtime_role(name)
+
+    def _place(self, module: str) -> Placement:
+        if module.split(".", 1)[0] in ("stages", *_DSPARK_TOP):  # already SGLang's runtime spelling
+            return self._place_runtime(module)
+        return super()._place(module)
+
+    def _place_layer(self, module: str, layer: int, rest: str) -> Placement:
+        if layer >= self.num_hidden_layers:
+            return self._place_draft(module, layer - self.num_hidden_layers, rest)
+        f = self._fuse(rest)
+        base = f"model.layers.{layer}"
+        return self._placement(module, r.Role(r.MAIN, layer=layer), f.kind, f"{base}.{f.prefix}", f"{base}.{f.param}")
+
+    def _place_runtime(self, module: str) -> Placement:
+        segs = module.split(".")
+        role = self._runtime_role(module)
+        if segs[:2] == ["model", "layers"] and len(segs) > 3 and segs[2].isdigit():
+            role = r.Role(r.MAIN, layer=int(segs[2]))
+            rest = ".".join(segs[3:])
+        elif segs[:2] == ["model", "decoder"] or (segs[0] == "stages" and len(segs) > 2):
+            rest = ".".join(segs[2:])
+        else:
+            rest = ""
+        kind = r.ROUTED_EXPERTS if rest.endswith("mlp.experts") else fusions.kind_of(rest or module)
+        if module.endswith("embed_tokens"):
+            role, kind = r.Role(r.EMBEDDING), r.EMBEDDING_KIND
+        elif module in (self.head, "model.shared_head.head"):
+            kind = r.HEAD_KIND
+            role = role or r.Role(r.HEAD)
+        return self._placement(module, role or r.Role(r.MAIN), kind, module)
+
+    def _place_draft(self, module: str, i: int, rest: str) -> Placement:
+        if self.draft_kind == r.DSPARK:
+            return self._place_stage(module, i, rest)
+        role = r.Role(r.DRAFT, r.MTP, self.num_hidden_layers + i, i)
+        first = rest.split(".", 1)[0]
+        if first in _NEXTN_TOP:
+            return self._placement(module, role, fusions.kind_of(rest), f"model.{rest}")
+        if rest == "head":
+            return self._placement(module, role, r.HEAD_KIND, "model.shared_head.head")
+        if rest == "norm":
+            return self._placement(module, role, r.NORM, "model.shared_head.norm")
+        if first == "emb":
+            return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
+        f = self._fuse(rest)
+        return self._placement(module, role, f.kind, f"model.decoder.{f.prefix}", f"model.decoder.{f.param}")
+
+    def _place_stage(self, module: str, i: int, rest: str) -> Placement:
+        first = rest.split(".", 1)[0]
+        if first in _DSPARK_TOP:
+            role = r.Role(r.DRAFT, r.DSPARK, None, i)
+            rest = rest.replace("markov_head.embed", "markov_head.markov_w1", 1)
+            rest = rest.replace("markov_head.head", "markov_head.markov_w2", 1)
+            kind = {"markov_head.markov_w1": r.EMBEDDING_KIND, "markov_head.markov_w2": r.HEAD_KIND}.get(
+                rest, fusions.kind_of(rest))
+            return self._placement(module, role, kind, rest)
+        stage = i
+        if first in _STAGE0:
+            stage = 0
+        elif first in _LAST_STAGE:
+            stage = max(self.num_draft_layers - 1, 0)
+        role = r.Role(r.DRAFT, r.DSPARK, self.num_hidden_layers + stage, stage)
+        if first in _STAGE0 or first in _LAST_STAGE:
+            kind = r.LINEAR if first == "main_proj" else fusions.kind_of(rest)
+            return self._placement(module, role, kind, f"stages.{stage}.{rest}")
+        f = self._fuse(rest)
+        return self._placement(module, role, f.kind, f"stages.{stage}.{f.prefix}")
+
+
+class SglangDeepseekV3Layout(DeepseekV3Layout):
+    """DeepSeek-V2/V3 HF names as SGLang 0.5.23 builds them (NextN draft at ``model.decoder``)."""
+
+    def __init__(self, num_hidden_layers: int, num_draft_layers: int = 0, *, fuse_qkv_a: bool = True,
+                 mha: bool = False) -> None:
+        super().__init__(num_hidden_layers, num_draft_layers, r.MTP, engine=SGLANG, fuse_qkv_a=fuse_qkv_a, mha=mha)
+
+    def _fuse(self, rest: str) -> fusions.Fused:
+        f = super()._fuse(rest)
+        if f.prefix == "self_attn.fused_qkv_a_proj":
+            name = "self_attn.fused_qkv_a_proj_with_mqa"
+            return fusions.Fused(name, f.kind, name)
+        return f

@@ -1,0 +1,165 @@
+"""SGLang 0.5.23 as an engine (``--engine sglang-0.5.23``, docs/engines.md): route and lint
+answer per module from what SGLang's own code decided for the same checkpoints.
+
+The record (plans/sglang-0.5.23/deepseek_v4.json) is SGLang run on CPU: per factory case
+its quant-config class, ``is_fp4_experts``, and for every SGLang runtime prefix of the
+checkpoint what its ``is_layer_skipped`` / ``is_layer_excluded`` answered;
+test_sglang_recorded.py re-records it in one SGLang start and compares. These tests write
+the same checkpoints (scripts/record_sglang.py ``cases``) and check that the engine model
+(engines/sglang/v0_5_23.py) and the routes agree with that record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specguard.cli import main
+from specguard.formats import scheme as s
+from specguard.layouts import roles as r
+from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
+from tests.engines import overlays
+
+KEY = "sglang-0.5.23"
+RECORD = json.loads((overlays.ROOT / "src/specguard/plans/sglang-0.5.23/deepseek_v4.json").read_text())["cases"]
+HYBRID = "sglang.srt.layers.quantization.modelopt_quant.HybridFp8NvFp4Config"
+MODELOPT = "sglang.srt.layers.quantization.modelopt_quant.ModelOptFp4Config"
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The recorded checkpoints, written as the recorder wrote them."""
+    spec = importlib.util.spec_from_file_location("record_sglang", overlays.ROOT / "scripts/record_sglang.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return {name: path for name, (path, _, _) in script.cases(tmp_path_factory.mktemp("sglang")).items()}
+
+
+def _resolver(path: Path) -> Resolver:
+    return Resolver.open(path, engine=KEY)
+
+
+@pytest.mark.parametrize("case", sorted(RECORD))
+def test_engine_model_agrees_with_sglangs_own_decisions(cases: dict[str, Path], case: str) -> None:
+    r_ = _resolver(cases[case])
+    model: Any = r_.vllm
+    for side in ("target", "draft"):
+        facts = RECORD[case][side]
+        assert model.quant_class == facts["quant_config"]["class"], side
+        assert model.is_fp4_experts is facts["is_fp4_experts"], side
+        recorded = facts["quant_config"].get("prefixes")
+        if recorded is None:
+            assert facts["quant_config"]["class"] is None  # no quant config: nothing to match
+            continue
+        assert set(recorded) == set(r_.prefixes())  # the prefixes SGLang was asked about are this layout's
+        assert {p: model.matching(p) for p in recorded} == recorded
+
+
+def _sglang_expert_format(case: str, prefix: str) -> str:
+    """What SGLang builds for a routed-experts prefix, from the record alone (the rules of
+    docs/engines.md: Fp8Config / HybridFp8NvFp4Config / ModelOptFp4Config)."""
+    facts = RECORD[case]["target"]
+    qc = facts["quant_config"]
+    if qc["class"] is None:
+        return s.BF16
+    hit = qc["prefixes"][prefix]
+    if qc["class"] == MODELOPT:
+        return s.BF16 if hit["nvfp4_excluded"] else s.NVFP4
+    if qc["class"] == HYBRID and not hit["nvfp4_excluded"]:
+        return s.NVFP4
+    if hit["fp8_skipped"]:
+        return s.BF16
+    return s.MXFP4 if facts["is_fp4_experts"] else s.FP8_BLOCK
+
+
+@pytest.mark.parametrize("case", sorted(RECORD))
+def test_routed_experts_route_as_sglang_decided(cases: dict[str, Path], case: str) -> None:
+    experts = [rt for rt in _resolver(cases[case]).routes() if rt.kind == r.ROUTED_EXPERTS]
+    assert experts
+    for rt in experts:
+        want = _sglang_expert_format(case, rt.prefix)
+        assert rt.vllm is not None and rt.vllm.scheme.format == want, rt.prefix
+        assert rt.stored is not None
+        assert rt.verdict == (OK if rt.stored.format == want or (want == s.BF16 and not rt.stored.quantized)
+                              else MISROUTED), rt.prefix
+
+
+def _verdicts(path: Path) -> dict[str, str]:
+    return {rt.prefix: rt.verdict for rt in _resolver(path).routes()}
+
+
+def test_s1_sglang_misroutes_the_target_and_loads_the_draft(cases: dict[str, Path]) -> None:
+    """S1 and S1-DSpark: SGLang builds every routed-expert layer MXFP4 (the header probe says
+    fp4, no per-prefix switch), so the target's NVFP4 experts are misrouted, the MXFP4 draft
+    (``model.decoder``, ``stages.{k}``) loads as stored: vLLM's opposite."""
+    s1 = _verdicts(cases["s1"])
+    assert s1["model.layers.0.mlp.experts"] == s1["model.layers.1.mlp.experts"] == MISROUTED
+    assert s1["model.decoder.mlp.experts"] == OK
+    assert sorted(p for p, v in s1.items() if v != OK) == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
+    dspark = _verdicts(cases["s1-dspark"])
+    assert {dspark[f"stages.{k}.mlp.experts"] for k in range(3)} == {OK}
+    assert dspark["model.layers.0.mlp.experts"] == MISROUTED
+    # the hybrid export (MIXED_PRECISION): NVFP4 target, draft prefixes excluded -> both halves right
+    assert set(_verdicts(cases["s1-hybrid"]).values()) == {OK}
+
+
+@pytest.mark.parametrize("case", ["s3", "s8"])
+def test_native_and_bf16_checkpoints_load_as_stored(cases: dict[str, Path], case: str) -> None:
+    assert set(_verdicts(cases[case]).values()) == {OK}
+
+
+def test_an_exclusion_written_for_vllm_prefixes_matches_nothing_under_sglang(cases: dict[str, Path]) -> None:
+    """S8-NVFP4 (DeepSeek-V3, ModelOpt) excludes its BF16 MTP attention as
+    ``model.layers.2.self_attn*``: vLLM builds the MTP layer there, SGLang as
+    ``model.decoder.self_attn.*``, where SGLang's own ``is_layer_excluded`` (recorded) matches
+    nothing, so it builds ModelOptFp4LinearMethod over BF16 bytes."""
+    path = cases["s8-nvfp4"]
+    sglang = _verdicts(path)
+    vllm = {rt.prefix: rt.verdict for rt in Resolver.open(path, engine="vllm-0.33").routes()}
+    assert vllm["model.layers.2.self_attn.o_proj"] == OK
+    assert sglang["model.decoder.self_attn.o_proj"] == MISROUTED
+    assert RECORD["s8-nvfp4"]["draft"]["quant_config"]["prefixes"]["model.decoder.self_attn.o_proj"][
+        "nvfp4_excluded"] is False
+    assert sglang["model.layers.1.self_attn.o_proj"] == OK  # the target's own names do match
+
+
+def test_route_engine_all_on_s1_shows_where_sglang_and_vllm_differ(cases: dict[str, Path], capsys,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    ckpt = str(cases["s1"])
+    assert main(["route", ckpt, "--engine", "all"]) == 1
+    out = capsys.readouterr().out
+    assert "sglang-0.5.23: mxfp4 misrouted" in out and "sglang-0.5.23: mxfp4 ok" in out
+    assert "vllm-0.33: nvfp4 misrouted" in out
+    assert "the engines differ on 3 module(s)" in out
+    assert max(map(len, out.splitlines())) <= 80
+    assert main(["route", ckpt, "--engine", "all", "--json"]) == 1
+    records = json.loads(capsys.readouterr().out)["records"]
+    by = {(x["engine"], x["runtime_prefix"]): x for x in records}
+    assert by[(KEY, "model.decoder.mlp.experts")]["verdict"] == "ok"
+    assert by[("vllm-0.33", "model.layers.2.ffn.experts")]["verdict"] == "misrouted"
+    assert by[(KEY, "model.layers.0.mlp.experts")]["verdict"] == "misrouted"
+
+
+def test_lint_names_sglang(cases: dict[str, Path], capsys) -> None:
+    assert main(["lint", str(cases["s1"]), "--engine", KEY, "--format", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    records = found["findings"] if isinstance(found, dict) and "findings" in found else found["records"]
+    assert {f["engine"] for f in records} == {"SGLang 0.5.23"}
+    assert "SG201" in {f["code"] for f in records}
+
+
+def test_an_architecture_without_sglang_facts_is_unknown(tmp_path: Path) -> None:
+    """Qwen3.5 MTP: no SGLang fact recorded -> unknown with the reason, never ok (SG205)."""
+    from specguard.factory import write_scenario
+
+    write_scenario("q0", tmp_path / "q0")
+    routes = _resolver(tmp_path / "q0").routes()
+    quantizable = [rt for rt in routes if rt.kind in (r.LINEAR, r.ROUTED_EXPERTS)]
+    assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
+    assert "no SGLang 0.5.23 fact is recorded for Qwen3_5MoeForConditionalGeneration" in quantizable[0].reason
+    assert main(["route", str(tmp_path / "q0"), "--engine", KEY]) == 3
