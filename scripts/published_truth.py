@@ -78,16 +78,24 @@ def _recorders(stack: ExitStack, cls: type) -> None:
 
     mp = stack.enter_context(pytest.MonkeyPatch.context())
     mods = [importlib.import_module(cls.__module__)]
-    if cls.__name__ == "CompressedTensorsConfig":  # get_moe_method picks its MoE method in its own module
-        mods.append(importlib.import_module(cls.__module__.rsplit(".", 1)[0]
-                                            + ".compressed_tensors_moe.compressed_tensors_moe"))
+    if cls.__name__ == "CompressedTensorsConfig":  # get_moe_method picks its MoE method in its own modules
+        package = cls.__module__.rsplit(".", 1)[0] + ".compressed_tensors_moe"
+        import pkgutil
+
+        path = importlib.import_module(package).__path__
+        for m in pkgutil.iter_modules(path):
+            try:
+                mods.append(importlib.import_module(f"{package}.{m.name}"))
+            except ImportError:  # a ROCm-only kernel module (aiter): no method this CPU build picks
+                continue
     for mod in mods:
         for name, obj in list(vars(mod).items()):
             # compressed-tensors schemes (CompressedTensorsW8A8Fp8 ...) read the live vLLM config
             if name == "CompressedTensorsMoEMethod" or not isinstance(obj, type):
                 continue
             if name.endswith(("Method", "FusedMoE")) or name.startswith("CompressedTensorsW"):
-                mp.setattr(mod, name, type(name, (), {"__init__": lambda self, *a, **k: None}))
+                mp.setattr(mod, name, type(name, (), {"__init__": lambda self, *a, **k: None,
+                                                      "get_min_capability": classmethod(lambda c: 0)}))
     mod = mods[0]
     for name in ("build_linear_method",):
         if hasattr(mod, name):

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterator
 
 from specguard.engines import Refusal
-from specguard.engines.vllm.startup import LOAD
 from specguard.engines.vllm.loader import FAILS, PROJECTIONS, SKIPPED, expert_load, expert_module_mapped, renamed
+from specguard.engines.vllm.startup import LOAD
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
