@@ -8,7 +8,6 @@ from dataclasses import replace
 from specguard.declared import CT_MATCH, FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
 from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
-from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import EMBEDDING_KIND, HEAD_KIND, LINEAR, ROUTED_EXPERTS
@@ -29,7 +28,7 @@ def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
     if pat.semantics != FNMATCHCASE:
         return runtime
     n = r.layout.num_hidden_layers
-    return [x for x in (v41_ignore_name(p, n) for p in runtime) if x is not None]
+    return [x for x in (r.vllm.v41_ignore_name(p, n) for p in runtime) if x is not None]
 
 
 def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
@@ -37,7 +36,7 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     DeepSeek-V4 weights mapper first (``mtp.*`` -> ``model.mtp.*``)."""
     out = [pat]
     if pat.semantics in _VLLM and model_type_of(r.config) in DEEPSEEK_V4_TYPES:
-        renamed = deepseek_v4_rename(pat.text, v41=is_deepseek_v41(r.config))
+        renamed = r.vllm.exclusion_rename(pat.text, v41=is_deepseek_v41(r.config))
         if renamed != pat.text:
             out.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
     return out
@@ -51,7 +50,7 @@ SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
-        if not patterns:
+        if not patterns or _never_starts(r):
             continue
         modules = list(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per module
@@ -94,8 +93,7 @@ def _asked(ctx: LintContext, r: Resolver) -> list[str]:
     ``get_quant_method`` consults ``ignore`` for linear, LM-head, embedding and routed-expert
     layers only, and a layer built with ``quant_config=None`` (ERNIE's ``mtp_linear_proj``, a
     plain ``nn.Linear`` in ernie_mtp.py) never reaches it; norms never do."""
-    return sorted({rt.prefix for rt in ctx.routes(r)
-                   if rt.kind in _ASKED and not r.vllm.built_without_quant_config(rt.prefix, rt.kind)})
+    return sorted({rt.prefix for rt in ctx.routes(r) if rt.kind in _ASKED and not _plain(r, rt.prefix, rt.kind)})
 
 
 _ASKED = (LINEAR, ROUTED_EXPERTS, EMBEDDING_KIND, HEAD_KIND)
@@ -104,8 +102,19 @@ _ASKED = (LINEAR, ROUTED_EXPERTS, EMBEDDING_KIND, HEAD_KIND)
 def _is_asked(r: Resolver, module: str) -> bool:
     """Is checkpoint module ``module`` built by a layer the quant config is asked about?"""
     kind = r.layout.module_kind(module)
-    return kind in _ASKED and not all(r.vllm.built_without_quant_config(p, kind)
-                                      for p in r.layout.runtime_prefixes(module))
+    return kind in _ASKED and not all(_plain(r, p, kind) for p in r.layout.runtime_prefixes(module))
+
+
+def _plain(r: Resolver, prefix: str, kind: str) -> bool:
+    """Built with ``quant_config=None`` (the engine model says so where it can)."""
+    check = getattr(r.vllm, "built_without_quant_config", None)
+    return bool(check is not None and check(prefix, kind))
+
+
+def _never_starts(r: Resolver) -> bool:
+    """The engine refuses the architecture itself (SG701): it matches no pattern against anything."""
+    check = getattr(r.vllm, "unsupported_architecture", None)
+    return check is not None and check() is not None
 
 
 def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex) -> Finding:
@@ -157,7 +166,7 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
         candidates.append(([ConfigEdit(file, path, "splice", proposal, index)], intended,
                            "the entry then matches the runtime prefixes the engine tests"))
     elif intended:
-        names = sorted({x for x in (v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
+        names = sorted({x for x in (r.vllm.v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
         candidates.append(([ConfigEdit(file, path, "splice", names, index)], intended,
                            "the checkpoint-style expert names the V4.1 quant config matches"))
     candidates.append(([drop], [], "it excludes nothing"))
