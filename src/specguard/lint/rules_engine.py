@@ -41,7 +41,7 @@ def _fix(why: Refusal) -> str:
 
 def _packed_over_unpacked(routes: list[Route]) -> list[Refusal]:
     """An unquantized weight loaded into a layer vLLM 0.33 builds ModelOpt NVFP4: the parameter is
-    packed (quantization/modelopt.py ``ModelOptNvFp4LinearMethod.create_weights``: uint8
+    packed (quantization/modelopt.py ``KNvfp4Static.create_weights``: uint8
     ``[out, in // 2]``), so the loader's shape check fails (parameter.py
     ``assert self.data.shape == loaded_weight.shape``; an LM head's ``copy_``,
     vocab_parallel_embedding.py ``weight_loader``). An FP8 layer has the stored shape and
