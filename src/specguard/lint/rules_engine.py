@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from types import ModuleType
 
 from specguard.engines import Refusal
-from specguard.engines.vllm.startup import LOAD
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
@@ -39,6 +38,9 @@ def _fix(why: Refusal) -> str:
     return "store the checkpoint in a format this engine loads (`specguard rule SG701`)"
 
 
+_LOAD = "weight loading"  # the stage name of engines' refusals (engines/vllm/startup.py LOAD)
+
+
 def _packed_over_unpacked(routes: list[Route]) -> list[Refusal]:
     """An unquantized weight loaded into a layer vLLM 0.33 builds ModelOpt NVFP4: the parameter is
     packed (quantization/modelopt.py ``KNvfp4Static.create_weights``: uint8
@@ -53,7 +55,7 @@ def _packed_over_unpacked(routes: list[Route]) -> list[Refusal]:
                   for n in rt.checkpoint_names)
     if not names:
         return []
-    return [Refusal(LOAD, "AssertionError (a weight's shape is not its parameter's)",
+    return [Refusal(_LOAD, "AssertionError (a weight's shape is not its parameter's)",
                     "it builds these layers NVFP4, whose weight parameter is packed uint8 [out, in/2], "
                     "and the checkpoint stores them unquantized [out, in]", names)]
 
