@@ -23,7 +23,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -229,32 +229,184 @@ def deepseek_v4(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
 
 # ------------------------------------------------------------------ others
 
-def _llama_layer(p: str, c: dict, bias: bool, prec: str = "BF16") -> Iterator[Tensor]:
+def _trunk(c: dict, layers: int, layer: Callable[[str, int], Iterator[Tensor]]) -> Iterator[Tensor]:
+    """``model.embed_tokens``, ``layers`` decoder layers, ``model.norm`` and (untied) ``lm_head``."""
+    h, v = c["hidden_size"], c["vocab_size"]
+    yield from bf16("model.embed_tokens.weight", v, h)
+    for i in range(layers):
+        yield from layer(f"model.layers.{i}", i)
+    yield from bf16("model.norm.weight", h)
+    if not c.get("tie_word_embeddings"):
+        yield from bf16("lm_head.weight", v, h)
+
+
+def plain(module: str, out: int, inp: int) -> Iterator[Tensor]:
+    return bf16(f"{module}.weight", out, inp)
+
+
+def _fp8_channel(module: str, out: int, inp: int) -> Iterator[Tensor]:
+    """compressed-tensors FP8 ``strategy: channel``: E4M3 weight, one F32 scale per output row."""
+    yield Tensor(f"{module}.weight", "F8_E4M3", (out, inp))
+    yield Tensor(f"{module}.weight_scale", "F32", (out, 1), f"fp8_f32:{inp}")
+
+
+def _fp8_tensor(module: str, out: int, inp: int) -> Iterator[Tensor]:
+    """compressed-tensors FP8 ``strategy: tensor`` with static input scale (RedHatAI/neuralmagic
+    ``*-FP8``): E4M3 weight, F32 ``weight_scale`` and ``input_scale`` of one element."""
+    yield Tensor(f"{module}.weight", "F8_E4M3", (out, inp))
+    yield Tensor(f"{module}.weight_scale", "F32", (1,), "input_scale")
+    yield Tensor(f"{module}.input_scale", "F32", (1,), "input_scale")
+
+
+def _ignored(module: str, entries: list[str]) -> bool:
+    """compressed-tensors ``ignore`` / FP8 ``modules_to_not_convert`` as the exporter applied
+    them to its own module names: exact names, ``re:`` patterns, and (ModelOpt) globs."""
+    from fnmatch import fnmatch
+
+    for e in entries:
+        if e.startswith("re:"):
+            if re.match(e[3:], module):
+                return True
+        elif e == module or module.startswith(e + ".") or ("*" in e and fnmatch(module, e)) or e in module:
+            return True
+    return False
+
+
+def _linear_writer(c: dict, hq: dict | None) -> Callable[[str, int, int], Iterator[Tensor]]:
+    """How the config's quantizer stored a linear: ModelOpt NVFP4 (``hq``), FP8 block 128x128
+    (``quant_method: fp8``, F32 ``weight_scale_inv``), compressed-tensors FP8 channel or block
+    (F32 ``weight_scale``), else BF16; entries of the exclusion list stay BF16."""
+    qc = c.get("quantization_config") or {}
+    if hq is not None:
+        entries, quantized = hq["quantization"]["exclude_modules"], nvfp4_modelopt
+    elif qc.get("quant_method") == "fp8":
+        entries, quantized = qc.get("modules_to_not_convert") or qc.get("ignored_layers") or [], fp8_block
+    elif qc.get("quant_method") == "compressed-tensors":
+        weights = next(iter(qc["config_groups"].values()))["weights"]
+        entries = qc.get("ignore") or []
+        quantized = {"channel": _fp8_channel, "tensor": _fp8_tensor}.get(
+            weights["strategy"], partial(fp8_block, scale="weight_scale"))
+    else:
+        return plain
+
+    def lin(module: str, out: int, inp: int) -> Iterator[Tensor]:
+        return plain(module, out, inp) if _ignored(module, entries) else quantized(module, out, inp)
+    return lin
+
+
+def _qwen3_next_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) -> Iterator[Tensor]:
+    """One Qwen3-Next decoder layer as Qwen's checkpoints name it (vLLM 0.33 qwen3_next.py):
+    gated DeltaNet (``linear_attn``) or gated full attention (``layer_types``), then the MoE
+    block (router ``mlp.gate``, experts, ``shared_expert`` and its ``shared_expert_gate``)."""
+    h, hd = c["hidden_size"], c["head_dim"]
+    yield from bf16(f"{p}.input_layernorm.weight", h)
+    if i < len(c["layer_types"]) and c["layer_types"][i] == "linear_attention":
+        kh, vh = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        kd, vd = c["linear_key_head_dim"], c["linear_value_head_dim"]
+        a = f"{p}.linear_attn"
+        yield from lin(f"{a}.in_proj_qkvz", 2 * kh * kd + 2 * vh * vd, h)
+        yield from lin(f"{a}.in_proj_ba", 2 * vh, h)
+        yield from bf16(f"{a}.conv1d.weight", 2 * kh * kd + vh * vd, 1, c["linear_conv_kernel_dim"])
+        yield from bf16(f"{a}.A_log", vh, dtype="F32")
+        yield from bf16(f"{a}.dt_bias", vh)
+        yield from bf16(f"{a}.norm.weight", vd)
+        yield from lin(f"{a}.out_proj", h, vh * vd)
+    else:
+        heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+        a = f"{p}.self_attn"
+        yield from lin(f"{a}.q_proj", 2 * heads * hd, h)  # query and its output gate
+        yield from lin(f"{a}.k_proj", kv * hd, h)
+        yield from lin(f"{a}.v_proj", kv * hd, h)
+        yield from lin(f"{a}.o_proj", h, heads * hd)
+        yield from bf16(f"{a}.q_norm.weight", hd)
+        yield from bf16(f"{a}.k_norm.weight", hd)
+    yield from bf16(f"{p}.post_attention_layernorm.weight", h)
+    m, sh = c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+    yield from lin(f"{p}.mlp.gate", c["num_experts"], h)
+    for x in range(c["num_experts"]):
+        for proj, (o, n) in (("gate_proj", (m, h)), ("up_proj", (m, h)), ("down_proj", (h, m))):
+            yield from lin(f"{p}.mlp.experts.{x}.{proj}", o, n)
+    for proj, (o, n) in (("gate_proj", (sh, h)), ("up_proj", (sh, h)), ("down_proj", (h, sh))):
+        yield from lin(f"{p}.mlp.shared_expert.{proj}", o, n)
+    yield from lin(f"{p}.mlp.shared_expert_gate", 1, h)
+
+
+def qwen3_next(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False) -> Iterator[Tensor]:
+    """Qwen3-Next (``Qwen3NextForCausalLM``) FP8 as Qwen publishes it: FP8 block linears
+    but ``modules_to_not_convert``; its MTP at ``mtp.*`` (``fc``, ``pre_fc_norm_{embedding,hidden}``,
+    one full-attention MoE layer ``mtp.layers.0``, ``norm``), the names vLLM 0.33's
+    qwen3_next_mtp.py loads; with ``draft_bf16`` the MTP is a BF16 release's, grafted."""
+    h = c["hidden_size"]
+    lin = _linear_writer(c, hq)
+    yield from _trunk(c, layers, lambda p, i: _qwen3_next_layer(p, c, i, lin))
+    full = {**c, "layer_types": ["full_attention"]}
+    yield from (plain if draft_bf16 else lin)("mtp.fc", h, 2 * h)
+    yield from bf16("mtp.pre_fc_norm_embedding.weight", h)
+    yield from bf16("mtp.pre_fc_norm_hidden.weight", h)
+    yield from _qwen3_next_layer("mtp.layers.0", full, 0, plain if draft_bf16 else lin)
+    yield from bf16("mtp.norm.weight", h)
+
+
+def ernie45_moe(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
+    """ERNIE-4.5 MoE (``Ernie4_5_MoeForCausalLM``) as baidu's PyTorch releases name it (vLLM
+    0.33 ernie45_moe.py): dense MLP before ``moe_layer_start_index``, then router ``mlp.gate``,
+    ``mlp.moe_statics.e_score_correction_bias`` (F32), experts and shared experts; tied
+    embeddings. Its MTP (ernie_mtp.py): ``model.mtp_{emb,hidden}_norm.0``,
+    ``model.mtp_linear_proj.0`` and one dense decoder layer ``model.mtp_block.0``, stored BF16
+    (the BF16 release's; an FP8 trunk keeps them so)."""
+    h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    e, m, i_dense = c["moe_num_experts"], c["moe_intermediate_size"], c["intermediate_size"]
+    lin = _linear_writer(c, hq)
+
+    def layer(p: str, i: int, lin: Callable[..., Iterator[Tensor]], moe: bool) -> Iterator[Tensor]:
+        yield from bf16(f"{p}.input_layernorm.weight", h)
+        for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            yield from lin(f"{p}.self_attn.{proj}", out, h)
+        yield from lin(f"{p}.self_attn.o_proj", h, heads * hd)
+        yield from bf16(f"{p}.post_attention_layernorm.weight", h)
+        if not moe:
+            for proj, (o, n) in (("gate_proj", (i_dense, h)), ("up_proj", (i_dense, h)), ("down_proj", (h, i_dense))):
+                yield from lin(f"{p}.mlp.{proj}", o, n)
+            return
+        yield from lin(f"{p}.mlp.gate", e, h)
+        yield from bf16(f"{p}.mlp.moe_statics.e_score_correction_bias", 1, e, dtype="F32")
+        sh = m * c["moe_num_shared_experts"]
+        for x in range(e):
+            for proj, (o, n) in (("gate_proj", (m, h)), ("up_proj", (m, h)), ("down_proj", (h, m))):
+                yield from lin(f"{p}.mlp.experts.{x}.{proj}", o, n)
+        for proj, (o, n) in (("gate_proj", (sh, h)), ("up_proj", (sh, h)), ("down_proj", (h, sh))):
+            yield from lin(f"{p}.mlp.shared_experts.{proj}", o, n)
+
+    yield from _trunk(c, layers, lambda p, i: layer(p, i, lin, i >= c["moe_layer_start_index"]))
+    for j in range(c.get("num_nextn_predict_layers", 0)):
+        yield from bf16(f"model.mtp_emb_norm.{j}.weight", h)
+        yield from bf16(f"model.mtp_hidden_norm.{j}.weight", h)
+        yield from bf16(f"model.mtp_linear_proj.{j}.weight", h, 2 * h)
+        yield from layer(f"model.mtp_block.{j}", 0, plain, False)
+
+
+
+def _llama_layer(p: str, c: dict, bias: bool, lin: Callable[..., Iterator[Tensor]] = plain) -> Iterator[Tensor]:
     h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim", h // heads)
-    yield from bf16(f"{p}.input_layernorm.weight", h, dtype=prec)
+    yield from bf16(f"{p}.input_layernorm.weight", h)
     for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-        yield from bf16(f"{p}.self_attn.{proj}.weight", out, h, dtype=prec)
+        yield from lin(f"{p}.self_attn.{proj}", out, h)
         if bias:
-            yield from bf16(f"{p}.self_attn.{proj}.bias", out, dtype=prec)
-    yield from bf16(f"{p}.self_attn.o_proj.weight", h, heads * hd, dtype=prec)
-    yield from bf16(f"{p}.post_attention_layernorm.weight", h, dtype=prec)
+            yield from bf16(f"{p}.self_attn.{proj}.bias", out)
+    yield from lin(f"{p}.self_attn.o_proj", h, heads * hd)
+    yield from bf16(f"{p}.post_attention_layernorm.weight", h)
     i = c["intermediate_size"]
-    yield from bf16(f"{p}.mlp.gate_proj.weight", i, h, dtype=prec)
-    yield from bf16(f"{p}.mlp.up_proj.weight", i, h, dtype=prec)
-    yield from bf16(f"{p}.mlp.down_proj.weight", h, i, dtype=prec)
+    for proj, (o, n) in (("gate_proj", (i, h)), ("up_proj", (i, h)), ("down_proj", (h, i))):
+        yield from lin(f"{p}.mlp.{proj}", o, n)
 
 
 def mimo(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
     """XiaomiMiMo MiMo-7B: BF16 Qwen2-style trunk (q/k/v bias) and MTP layers
     ``model.mtp_layers.{j}`` (token/hidden layernorms, ``input_proj``, one decoder
     layer, ``final_layernorm``), the names vLLM 0.33's mimo_mtp.py loads."""
-    h, v = c["hidden_size"], c["vocab_size"]
-    yield from bf16("model.embed_tokens.weight", v, h)
-    for i in range(layers):
-        yield from _llama_layer(f"model.layers.{i}", c, bias=True)
-    yield from bf16("model.norm.weight", h)
-    yield from bf16("lm_head.weight", v, h)
+    h = c["hidden_size"]
+    yield from _trunk(c, layers, lambda p, i: _llama_layer(p, c, bias=True))
     for j in range(c.get("num_nextn_predict_layers", 0)):
         p = f"model.mtp_layers.{j}"
         yield from bf16(f"{p}.token_layernorm.weight", h)
@@ -290,6 +442,12 @@ def gpt_oss(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
     yield from bf16("lm_head.weight", v, h)
 
 
+def llama(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
+    """A Llama-3.1 target as its quantizer stored it (``_linear_writer``; vLLM 0.33 llama.py names)."""
+    lin = _linear_writer(c, hq)
+    yield from _trunk(c, layers, lambda p, i: _llama_layer(p, c, bias=False, lin=lin))
+
+
 def eagle3(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
     """An EAGLE-3 head (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B layout): one
     ``midlayer`` decoder layer taking 2h input, ``fc`` fusing three target hidden
@@ -317,13 +475,13 @@ def _glm_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) ->
     """One Glm4MoeDecoderLayer as zai-org's checkpoints name it (vLLM 0.33 glm4_moe.py):
     q/k/v with bias, o_proj, q_norm/k_norm (``use_qk_norm``), a dense MLP below
     ``first_k_dense_replace``, else router (+ F32 ``e_score_correction_bias``), routed
-    and shared experts. Attention is always BF16 in the NVFP4 export; ``lin`` writes the MLP."""
+    and shared experts. ``lin`` writes the linears (the NVFP4 export's exclusions keep attention BF16)."""
     h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     yield from bf16(f"{p}.input_layernorm.weight", h)
     for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-        yield from bf16(f"{p}.self_attn.{proj}.weight", out, h)
+        yield from lin(f"{p}.self_attn.{proj}", out, h)
         yield from bf16(f"{p}.self_attn.{proj}.bias", out)
-    yield from bf16(f"{p}.self_attn.o_proj.weight", h, heads * hd)
+    yield from lin(f"{p}.self_attn.o_proj", h, heads * hd)
     if c.get("use_qk_norm"):
         yield from bf16(f"{p}.self_attn.q_norm.weight", hd)
         yield from bf16(f"{p}.self_attn.k_norm.weight", hd)
@@ -331,39 +489,28 @@ def _glm_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) ->
     yield from _v3_mlp(p, c, i, lin)
 
 
-def glm4_moe(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
+def glm4_moe(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False) -> Iterator[Tensor]:
     """GLM-4.5/4.6/4.7 (``Glm4MoeForCausalLM``): BF16 attention; MLP and experts NVFP4
     (ModelOpt, ``hq`` given) except ``exclude_modules``, else BF16; the nextn layer at
     ``model.layers.{N}`` stored BF16 whole (``mtp.safetensors`` of the release, grafted
     into NVIDIA's export): ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.{norm,head}``,
-    ``embed_tokens`` and one MoE decoder layer (vLLM 0.33 glm4_moe_mtp.py)."""
-    from fnmatch import fnmatch
-
+    ``embed_tokens`` and one MoE decoder layer (vLLM 0.33 glm4_moe_mtp.py). GLM-4.5-Air-FP8
+    (compressed-tensors channel FP8 in config.json): every linear FP8 but the ``ignore``
+    entries, the nextn layer too unless ``draft_bf16`` (grafted from the BF16 release)."""
     h, v = c["hidden_size"], c["vocab_size"]
-    excluded = [] if hq is None else hq["quantization"]["exclude_modules"]
-
-    def lin(module: str, out: int, inp: int) -> Iterator[Tensor]:
-        if hq is None or any(e in module or fnmatch(module, e) for e in excluded):
-            return bf16(f"{module}.weight", out, inp)
-        return nvfp4_modelopt(module, out, inp)
-
-    def plain(module: str, out: int, inp: int) -> Iterator[Tensor]:
-        return bf16(f"{module}.weight", out, inp)
-
-    yield from bf16("model.embed_tokens.weight", v, h)
-    for i in range(layers):
-        yield from _glm_layer(f"model.layers.{i}", c, i, lin)
-    yield from bf16("model.norm.weight", h)
-    yield from bf16("lm_head.weight", v, h)
+    lin = _linear_writer(c, hq)
+    yield from _trunk(c, layers, lambda p, i: _glm_layer(p, c, i, lin))
+    # the grafted BF16 nextn layer (NVFP4 export, *-mtp-bf16-*), else as the config's quantizer wrote it
+    draft = plain if hq is not None or draft_bf16 else lin
     for j in range(c.get("num_nextn_predict_layers", 0)):
         p = f"model.layers.{layers + j}"
         yield from bf16(f"{p}.enorm.weight", h)
         yield from bf16(f"{p}.hnorm.weight", h)
-        yield from bf16(f"{p}.eh_proj.weight", h, 2 * h)
+        yield from draft(f"{p}.eh_proj", h, 2 * h)
         yield from bf16(f"{p}.shared_head.norm.weight", h)
-        yield from bf16(f"{p}.shared_head.head.weight", v, h)
+        yield from bf16(f"{p}.shared_head.head.weight", v, h)  # an LM head: never quantized by these exports
         yield from bf16(f"{p}.embed_tokens.weight", v, h)
-        yield from _glm_layer(p, c, c["first_k_dense_replace"], plain)  # the nextn layer is MoE
+        yield from _glm_layer(p, c, c["first_k_dense_replace"], draft)  # the nextn layer is MoE
 
 
 BITS["BOOL"] = 8
@@ -375,9 +522,19 @@ MODELS: dict[str, Callable[[dict, dict | None, int], Iterator[Tensor]]] = {
     "mimo-7b": mimo,
     "gpt-oss-20b": gpt_oss,
     "eagle3-llama3.1-8b": eagle3,
+    "eagle3-llama3.1-8b-with-target-quant-config": eagle3,
+    "llama-3.1-8b-fp8": llama,
     "glm-4.7-nvfp4": glm4_moe,
     "glm-4.7-nvfp4-mtp-not-excluded": glm4_moe,
     "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names": glm4_moe,
+    "glm-4.5-air-fp8": glm4_moe,
+    "glm-4.5-air-fp8-mtp-bf16-not-excluded": partial(glm4_moe, draft_bf16=True),
+    "glm-4.5-air-fp8-mtp-bf16-excluded": partial(glm4_moe, draft_bf16=True),
+    "qwen3-next-fp8": qwen3_next,
+    "qwen3-next-fp8-mtp-bf16-not-excluded": partial(qwen3_next, draft_bf16=True),
+    "ernie-4.5-21b-a3b": ernie45_moe,
+    "ernie-4.5-21b-a3b-fp8": ernie45_moe,
+    "ernie-4.5-21b-a3b-fp8-mtp-excluded-by-checkpoint-names": ernie45_moe,
 }
 
 
@@ -487,6 +644,13 @@ def build(name: str, out: Path, layers: int | None = None) -> Path:
     if hq is not None and layers is not None:  # the exclude list follows the kept layers
         q = hq["quantization"]
         hq = {**hq, "quantization": {**q, "exclude_modules": _keep_exclude(q["exclude_modules"], full, n)}}
+    qc = cfg.get("quantization_config")
+    if qc and layers is not None:
+        key = next((k for k in ("ignore", "modules_to_not_convert", "ignored_layers") if qc.get(k)), None)
+        if key:
+            cfg = {**cfg, "quantization_config": {**qc, key: _keep_exclude(qc[key], full, n)}}
+    if isinstance(cfg.get("layer_types"), list):
+        cfg = {**cfg, "layer_types": cfg["layer_types"][:n]}
     tensors = list(MODELS[name](cfg, hq, n))
     out.mkdir(parents=True, exist_ok=True)
     groups = shards(tensors)

@@ -77,10 +77,26 @@ def _recorders(stack: ExitStack, cls: type) -> None:
     import pytest
 
     mp = stack.enter_context(pytest.MonkeyPatch.context())
-    mod = importlib.import_module(cls.__module__)
-    for name, obj in list(vars(mod).items()):
-        if isinstance(obj, type) and (name.endswith("Method") or name.endswith("FusedMoE")):
-            mp.setattr(mod, name, type(name, (), {"__init__": lambda self, *a, **k: None}))
+    mods = [importlib.import_module(cls.__module__)]
+    if cls.__name__ == "CompressedTensorsConfig":  # get_moe_method picks its MoE method in its own modules
+        package = cls.__module__.rsplit(".", 1)[0] + ".compressed_tensors_moe"
+        import pkgutil
+
+        path = importlib.import_module(package).__path__
+        for m in pkgutil.iter_modules(path):
+            try:
+                mods.append(importlib.import_module(f"{package}.{m.name}"))
+            except ImportError:  # a ROCm-only kernel module (aiter): no method this CPU build picks
+                continue
+    for mod in mods:
+        for name, obj in list(vars(mod).items()):
+            # compressed-tensors schemes (CompressedTensorsW8A8Fp8 ...) read the live vLLM config
+            if name == "CompressedTensorsMoEMethod" or not isinstance(obj, type):
+                continue
+            if name.endswith(("Method", "FusedMoE")) or name.startswith("CompressedTensorsW"):
+                mp.setattr(mod, name, type(name, (), {"__init__": lambda self, *a, **k: None,
+                                                      "get_min_capability": classmethod(lambda c: 0)}))
+    mod = mods[0]
     for name in ("build_linear_method",):
         if hasattr(mod, name):
             mp.setattr(mod, name, lambda *a, **k: type("ModelOptLinearMethod", (), {})())
@@ -121,6 +137,8 @@ def _layer(kind: str) -> Any:
            "embedding": VocabParallelEmbedding}[kind]
     layer = object.__new__(cls)
     layer.__dict__["moe_config"] = None
+    for proj in ("gate", "up", "down"):  # RoutedExperts' checkpoint projection names (compressed-tensors asks)
+        layer.__dict__[f"ckpt_{proj}_proj_name"] = f"{proj}_proj"
     return layer
 
 

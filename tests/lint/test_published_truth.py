@@ -61,6 +61,8 @@ def _same(ours: str, kind: str, truth: str) -> bool:
         return ours in UNQUANTIZED or ours == "None"
     if truth == "None":  # vLLM then builds the layer's default method
         return ours in ("None", "UnquantizedEmbeddingMethod") if kind in ("embedding", "head") else ours == "None"
+    if ours == "CompressedTensorsMoEMethod":  # the dispatcher: its get_moe_method picks the scheme's class
+        return truth.startswith("CompressedTensors") and truth.endswith("MoEMethod")
     return ours == truth
 
 
@@ -90,3 +92,24 @@ def test_misroutes_are_exactly_the_truths(checkpoints, name):
     truth = {p for p, t in held.items() if routes[p].stored.quantized != _quantized(t)}
     ours = {p for p, rt in routes.items() if rt.verdict == "misrouted"}
     assert ours == truth
+
+
+# EAGLE-3 drafters routed beside their FP8 target, as vLLM serves them (``--draft``).
+TARGETS = {"eagle3-llama3.1-8b": "llama-3.1-8b-fp8", "eagle3-llama3.1-8b-with-target-quant-config": "llama-3.1-8b-fp8"}
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_an_eagle3_drafter_over_its_fp8_target_builds_what_vllm_builds(checkpoints, name):
+    """vLLM 0.33 builds an EAGLE-3 drafter with its own quant config (llama_eagle3.py
+    ``get_draft_quant_config``), whatever the target's: truth.json (the drafter alone) holds
+    beside the FP8 target too, and the misroutes are the truth's, nothing else."""
+    held = json.loads((DATA / name / "truth.json").read_text())
+    alone = {rt.prefix: rt.checkpoint_names for rt in Resolver.open(checkpoints[name]).routes()}
+    target = Resolver.open(checkpoints[TARGETS[name]])
+    pair = Resolver.open(checkpoints[name], target=target, draft_method="eagle3")
+    by_names = {rt.checkpoint_names: rt for rt in pair.routes()}
+    routes = {p: by_names[alone[p]] for p in held}
+    wrong = {p: (rt.vllm.method, held[p]) for p, rt in routes.items() if not _same(rt.vllm.method, rt.kind, held[p])}
+    assert not wrong, wrong
+    misrouted = {p for p, rt in routes.items() if rt.verdict == "misrouted"}
+    assert misrouted == {p for p, t in held.items() if routes[p].stored.quantized != _quantized(t)}

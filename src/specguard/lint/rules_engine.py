@@ -12,6 +12,7 @@ from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
+from specguard.resolve import Route
 
 SG701 = rule("SG701", "engine-will-not-start", ERROR,
       "vLLM 0.33 refuses this checkpoint at start-up or while loading its weights: it will not serve.")
@@ -20,7 +21,7 @@ SG701 = rule("SG701", "engine-will-not-start", ERROR,
 @SG701
 def will_not_start(ctx: LintContext) -> Iterator[Finding]:
     for res in ctx.resolvers:
-        for why in res.vllm.refusals(res.table.modules):
+        for why in [*res.vllm.refusals(res.table.modules), *_packed_over_unpacked(ctx.routes(res))]:
             where = f": {describe(why.names)}" if why.names else ""
             yield SG701.finding(f"{res.vllm.name} will not start: it stops at {why.stage} with {why.raises}, because "
                 f"{why.because}{where}",
@@ -35,6 +36,28 @@ def _fix(why: Refusal) -> str:
         return ("name an architecture this engine's registry has in config.json `architectures`, or serve "
                 "with an engine that has it (`specguard route --engine all`)")
     return "store the checkpoint in a format this engine loads (`specguard rule SG701`)"
+
+
+_LOAD = "weight loading"  # the stage name of engines' refusals (engines/vllm/startup.py LOAD)
+
+
+def _packed_over_unpacked(routes: list[Route]) -> list[Refusal]:
+    """An unquantized weight loaded into a layer vLLM 0.33 builds ModelOpt NVFP4: the parameter is
+    packed (quantization/modelopt.py ``KNvfp4Static.create_weights``: uint8
+    ``[out, in // 2]``), so the loader's shape check fails (parameter.py
+    ``assert self.data.shape == loaded_weight.shape``; an LM head's ``copy_``,
+    vocab_parallel_embedding.py ``weight_loader``). An FP8 layer has the stored shape and
+    ``copy_`` converts: it loads (and computes garbage), which is SG203's, not a refusal."""
+    names = tuple(n for rt in routes
+                  if rt.verdict == "misrouted" and rt.stored is not None and not rt.stored.quantized
+                  and rt.vllm is not None and rt.vllm.scheme.format == s.NVFP4
+                  and rt.vllm.method.startswith("ModelOpt")  # the create_weights cited; Quark's loads (producer test)
+                  for n in rt.checkpoint_names)
+    if not names:
+        return []
+    return [Refusal(_LOAD, "AssertionError (a weight's shape is not its parameter's)",
+                    "it builds these layers NVFP4, whose weight parameter is packed uint8 [out, in/2], "
+                    "and the checkpoint stores them unquantized [out, in]", names)]
 
 
 def _expert_tensors(ctx: LintContext) -> Iterator[tuple[ModuleType, str, str, bool]]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
+from specguard.declared import CT_MATCH, FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
 from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
 from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
-from specguard.layouts.roles import ROUTED_EXPERTS
+from specguard.layouts.roles import EMBEDDING_KIND, HEAD_KIND, LINEAR, ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.fixes import checked, in_files, plan
@@ -58,18 +58,21 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                          | set(getattr(r.vllm, "built_prefixes", tuple)()))  # built though not stored
         # One index per name set: each pattern is then a scan of a joined text, not a
         # Python loop over 45,000 names (issue 12 item 10).
-        indexes = {False: NameIndex(runtime)}
+        indexes: dict[object, NameIndex] = {False: NameIndex(runtime)}
         shards = sorted({sh for rt in ctx.routes(r) for sh in rt.shards})
         checkpoint = NameIndex(modules)
         for pat in patterns:
             v41 = pat.semantics == FNMATCHCASE
-            if v41 not in indexes:
-                indexes[v41] = NameIndex(engine_names(r, pat, runtime))
-            if any(indexes[v41].any(q) for q in _engine_spellings(r, pat)):
+            key: object = "asked" if _regex(pat) else v41
+            if key not in indexes:
+                indexes[key] = NameIndex(_asked(ctx, r) if key == "asked" else engine_names(r, pat, runtime))
+            if any(indexes[key].any(q) for q in _engine_spellings(r, pat)):
                 continue
             if any(pat.matches_shard(sh) for sh in shards):  # vLLM tests a fused layer's shards too
                 continue
             hits = checkpoint.matching(pat)
+            if _regex(pat) and not any(_is_asked(r, m) for m in hits):
+                continue  # it reaches only layers no quant config quantizes (routers, norms): nothing to undo
             if v41:
                 # deepseek_v41 quant_config.py consults ``ignore`` for routed experts only (by their
                 # checkpoint-style names): an entry for anything else is never read and changes nothing.
@@ -77,6 +80,35 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 if not hits:
                     continue
             yield _finding(ctx, r, pat, hits, checkpoint)
+
+
+def _regex(pat: Pattern) -> bool:
+    """A compressed-tensors ``re:`` entry: written to reach a set of layers, so it is live only
+    where it reaches one the quant config is asked about."""
+    return pat.semantics == CT_MATCH and pat.text.startswith("re:")
+
+
+def _asked(ctx: LintContext, r: Resolver) -> list[str]:
+    """Runtime prefixes vLLM 0.33's quant config is asked about: compressed_tensors.py
+    ``get_quant_method`` consults ``ignore`` for linear, LM-head, embedding and routed-expert
+    layers only, and a layer built with ``quant_config=None`` (ERNIE's ``mtp_linear_proj``, a
+    plain ``nn.Linear`` in ernie_mtp.py) never reaches it; norms never do."""
+    return sorted({rt.prefix for rt in ctx.routes(r) if rt.kind in _ASKED and not _plain(r, rt.prefix, rt.kind)})
+
+
+_ASKED = (LINEAR, ROUTED_EXPERTS, EMBEDDING_KIND, HEAD_KIND)
+
+
+def _is_asked(r: Resolver, module: str) -> bool:
+    """Is checkpoint module ``module`` built by a layer the quant config is asked about?"""
+    kind = r.layout.module_kind(module)
+    return kind in _ASKED and not all(_plain(r, p, kind) for p in r.layout.runtime_prefixes(module))
+
+
+def _plain(r: Resolver, prefix: str, kind: str) -> bool:
+    """Built with ``quant_config=None`` (the engine model says so where it can)."""
+    check = getattr(r.vllm, "built_without_quant_config", None)
+    return bool(check is not None and check(prefix, kind))
 
 
 def _never_starts(r: Resolver) -> bool:

@@ -710,7 +710,10 @@ class Vllm033:
                 return self._plain(d, cls, "None", f"get_scheme raised for ParallelLMHead: {exc}")
             return EngineChoice(Scheme(s.UNKNOWN, reason=str(exc)), "ValueError", f"vLLM raises: {exc}", cls)
         if target is None:
-            method = "UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS else "UnquantizedLinearMethod"
+            # an ignored ParallelLMHead falls through to the VocabParallelEmbedding branch, which
+            # returns None (compressed_tensors.py get_quant_method): UnquantizedEmbeddingMethod
+            method = ("UnquantizedFusedMoEMethod" if kind == r.ROUTED_EXPERTS
+                      else "None" if kind == r.HEAD_KIND else "UnquantizedLinearMethod")
             return self._plain(d, cls, method, why)
         groups = self._ct_targets(d, model)
         method = "CompressedTensorsMoEMethod" if kind == r.ROUTED_EXPERTS else "CompressedTensorsLinearMethod"
