@@ -24,18 +24,20 @@ class Engine:
     key: str  # registry key and plans/ folder: "vllm-0.33"
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
+    platforms: tuple[str, ...] = ("cuda",)  # platform classes whose builds differ (vLLM: cuda, rocm, cpu)
 
 
 def _vllm_033() -> Engine:
-    from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
+    from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS, Vllm033
 
-    return Engine("vllm-0.33", ENGINE, Vllm033)
+    return Engine("vllm-0.33", ENGINE, Vllm033, PLATFORMS)
 
 
 def _vllm_032() -> Engine:
     from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
+    from specguard.engines.vllm.v0_33 import PLATFORMS
 
-    return Engine(PLAN_ENGINE, ENGINE, Vllm032)
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032, PLATFORMS)
 
 
 _FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032}
