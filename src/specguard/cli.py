@@ -192,7 +192,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rule)
 
     p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "",
-                 vouches=True, usage=f"{PROG} fix [SOURCE] --out DIR [options]\n       {PROG} fix [SOURCE] --diff [options]")
+                 vouches=True,
+                 usage=f"{PROG} fix [SOURCE] --out DIR [options]\n       {PROG} fix [SOURCE] --diff [options]")
     _source_args(p)
     out = p.add_argument_group("required: --out, --diff or both")
     out.add_argument("--out", metavar="DIR", help="new or empty directory for the repaired checkpoint")

@@ -18,7 +18,6 @@ Per stack (declared/ models each stack's semantics):
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 
 from specguard.declared import CT_MATCH, MODELOPT_EXCLUDE, Pattern
