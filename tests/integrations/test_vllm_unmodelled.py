@@ -38,7 +38,8 @@ def _qwen2(root: Path) -> Path:
     d = H_ // HEADS
     shapes = {"model.embed_tokens.weight": (V_, H_), "lm_head.weight": (V_, H_), "model.norm.weight": (H_,),
               "model.layers.0.input_layernorm.weight": (H_,), "model.layers.0.post_attention_layernorm.weight": (H_,),
-              "model.layers.0.self_attn.q_proj.weight": (HEADS * d, H_), "model.layers.0.self_attn.q_proj.bias": (HEADS * d,),
+              "model.layers.0.self_attn.q_proj.weight": (HEADS * d, H_),
+              "model.layers.0.self_attn.q_proj.bias": (HEADS * d,),
               "model.layers.0.self_attn.k_proj.weight": (KV * d, H_), "model.layers.0.self_attn.k_proj.bias": (KV * d,),
               "model.layers.0.self_attn.v_proj.weight": (KV * d, H_), "model.layers.0.self_attn.v_proj.bias": (KV * d,),
               "model.layers.0.self_attn.o_proj.weight": (H_, HEADS * d),
@@ -80,7 +81,7 @@ def test_specguard_cannot_say_and_vllm_builds_fp8(qwen2: tuple[Path, Any, Any]) 
 
 def test_plugin_leaves_the_model_to_vllm_with_one_warning(qwen2: tuple[Path, Any, Any],
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    path, cfg, quant = qwen2
+    _, cfg, quant = qwen2
     routing.take_decisions()
     with caplog.at_level(logging.WARNING, logger="vllm.specguard"), installed():
         assert _mlp(cfg, quant) == ("Fp8LinearMethod", "Fp8LinearMethod")
