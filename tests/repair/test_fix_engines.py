@@ -115,8 +115,7 @@ def test_fix_all_iterates_the_registry(scenarios, tmp_path: Path, capsys: pytest
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A registered engine is one `--engine all` repairs for, with no change to fix."""
     def other() -> registry.Engine:
-        return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model,
-                               ("cuda",))
+        return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model)
 
     monkeypatch.setitem(registry._FACTORIES, "vllm-0.32-copy", other)
     out = tmp_path / "out"

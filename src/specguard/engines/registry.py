@@ -24,20 +24,23 @@ class Engine:
     key: str  # registry key and plans/ folder: "vllm-0.33"
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
-    platforms: tuple[str, ...] = ("cuda",)  # platform classes whose builds differ (vLLM: cuda, rocm, cpu)
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platform classes its model distinguishes (``fix --platform all``)."""
+        return tuple(getattr(self.model, "platforms", ()))
 
 
 def _vllm_033() -> Engine:
-    from specguard.engines.vllm.v0_33 import ENGINE, PLATFORMS, Vllm033
+    from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
 
-    return Engine("vllm-0.33", ENGINE, Vllm033, PLATFORMS)
+    return Engine("vllm-0.33", ENGINE, Vllm033)
 
 
 def _vllm_032() -> Engine:
     from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
-    from specguard.engines.vllm.v0_33 import PLATFORMS
 
-    return Engine(PLAN_ENGINE, ENGINE, Vllm032, PLATFORMS)
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032)
 
 
 _FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032}

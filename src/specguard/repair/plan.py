@@ -21,7 +21,6 @@ from specguard.checkpoint.source import Checkpoint
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, ConfigEdit, Fix, apply_all
 from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
 from specguard.engines.registry import engine as engine_of
-from specguard.engines.vllm.v0_33 import PLATFORMS
 from specguard.errors import UsageError
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
@@ -29,15 +28,16 @@ from specguard.resolve import OK, UNKNOWN, Resolver, Route
 
 ALL = "all"
 TARGET, DRAFTER = "target", "drafter"
+DEFAULT_PLATFORM = "cuda"  # Resolver's default platform class
 
 
 class Unrepairable(CheckpointError):
     """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
 
 
-def platforms_for(choice: str) -> tuple[str, ...]:
-    """``all`` -> every platform class vLLM 0.33 distinguishes (V4.1 on cuda/rocm, V4 on cpu)."""
-    return PLATFORMS if choice == ALL else (choice,)
+def platforms_for(choice: str, engine: str = DEFAULT_ENGINE) -> tuple[str, ...]:
+    """``all`` -> every platform class the engine distinguishes (vLLM: V4.1 on cuda/rocm, V4 on cpu)."""
+    return engine_of(engine).platforms if choice == ALL else (choice,)
 
 
 def runs_for(engines: Sequence[str], choice: str) -> list[tuple[str, str]]:
@@ -47,10 +47,19 @@ def runs_for(engines: Sequence[str], choice: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for key in engines:
         own = engine_of(key).platforms
+        if not own:  # an engine whose builds no platform class changes: routed once
+            out.append((key, DEFAULT_PLATFORM if choice == ALL else choice))
+            continue
         if choice != ALL and choice not in own:
             raise UsageError(f"--platform {choice}: {key} models no such platform class ({', '.join(own)})")
         out += [(key, p) for p in (own if choice == ALL else (choice,))]
     return out
+
+
+def platforms_of(engine: str, platforms: Sequence[str]) -> list[str]:
+    """Those of ``platforms`` the engine distinguishes (one, the first, where it distinguishes none)."""
+    own = engine_of(engine).platforms
+    return [p for p in platforms if p in own] if own else list(platforms[:1])
 
 
 @dataclass(frozen=True)
@@ -202,8 +211,11 @@ class Overlay:
     def rename_unmapped_experts(self, resolver: Resolver) -> None:
         """Routed-expert tensors named ``experts.{proj}.{e}`` (SG702): rewritten under
         ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
-        from specguard.engines.vllm.loader import MAPPED, expert_load, expert_module_mapped, renamed
         from specguard.layouts import roles as r
+
+        loader = getattr(resolver.vllm, "loader", None)
+        if loader is None:  # an engine with no model of its expert loader: nothing to rename by
+            return
 
         found: dict[str, str] = {}
         for rt in resolver.routes():
@@ -214,12 +226,12 @@ class Overlay:
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
-                if expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
+                if loader.expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
                     continue
                 for param in mod.params:
-                    got = expert_load(f"{below}.{param}")
-                    new = renamed(f"{below}.{param}")
-                    if got is not None and got.outcome != MAPPED and new is not None:
+                    got = loader.expert_load(f"{below}.{param}")
+                    new = loader.renamed(f"{below}.{param}")
+                    if got is not None and got.outcome != loader.MAPPED and new is not None:
                         found[f"{module}.{param}"] = f"{head}.experts.{new}"
         found = {k: v for k, v in found.items() if k not in self.rename}
         if not found:
@@ -314,7 +326,7 @@ def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequenc
     """The repair ``specguard fix`` writes: every module routes as stored under every engine on
     every platform class it distinguishes among ``platforms``, or :class:`Unrepairable`. Over
     several engines, each is planned alone first, so a refusal names the engine it is for."""
-    runs = [(e, p) for e in engines for p in platforms if p in engine_of(e).platforms]
+    runs = [(e, p) for e in engines for p in platforms_of(e, platforms)]
     if len(engines) > 1:
         for key in engines:
             try:

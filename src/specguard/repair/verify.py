@@ -14,7 +14,7 @@ from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import open_checkpoint
 from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
 from specguard.engines.registry import engine as engine_of
-from specguard.repair.plan import DRAFTER, TARGET, open_resolvers
+from specguard.repair.plan import DRAFTER, TARGET, open_resolvers, platforms_of
 from specguard.resolve import OK, UNKNOWN, Resolver
 
 
@@ -38,7 +38,7 @@ def verify(paths: Mapping[str, Path], platforms: Sequence[str], draft_method: st
            check: Check | None = None, engines: Sequence[str] = (DEFAULT_ENGINE,)) -> Verified:
     modules, unvouched, notes = 0, 0, set[str]()
     for key in engines:
-        for platform in (p for p in platforms if p in engine_of(key).platforms):
+        for platform in platforms_of(key, platforms):
             target = open_checkpoint(paths[TARGET])
             drafter = open_checkpoint(paths[DRAFTER]) if DRAFTER in paths else None
             rs = open_resolvers(target, drafter, platform, draft_method, key)
