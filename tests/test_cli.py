@@ -62,6 +62,25 @@ def test_json_outputs_parse(scenarios, capsys):
     assert report["bytes_read_by_rule"]["SG201"] == 0
 
 
+def test_json_schema_versions(scenarios, capsys):
+    """docs/json.md's table: route 2 and lint 3 since their records carry ``engine`` (issue 27;
+    route --engine all: one record per module per engine); inspect stays 1."""
+    s1 = str(scenarios["s1"].path)
+    main(["inspect", s1, "--json"])
+    assert json.loads(capsys.readouterr().out)["schema"] == 1
+    main(["route", s1, "--json", "--engine", "vllm-0.32"])
+    one = json.loads(capsys.readouterr().out)
+    assert one["schema"] == 2 and {r["engine"] for r in one["records"]} == {"vllm-0.32"}
+    main(["route", s1, "--json", "--engine", "all"])
+    every = json.loads(capsys.readouterr().out)
+    assert every["schema"] == 2
+    keys = [(r["engine"], r["runtime_prefix"]) for r in every["records"]]
+    assert len(set(keys)) == len(keys) > len({p for _, p in keys})  # a prefix alone is no longer a key
+    main(["lint", s1, "--format", "json", "--engine", "vllm-0.32"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == 3 and {f["engine"] for f in report["findings"]} == {"vLLM 0.32"}
+
+
 def test_sarif(scenarios, capsys):
     main(["lint", str(scenarios["s1"].path), "--format", "sarif"])
     sarif = json.loads(capsys.readouterr().out)

@@ -214,6 +214,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rule)
 
     p = _command(sub, "fix", "write a repaired checkpoint a stock engine loads as stored (docs/fix.md)", "",
+                 vouches=True,
                  usage=f"{PROG} fix [SOURCE] --out DIR [options]\n       {PROG} fix [SOURCE] --diff [options]")
     _source_args(p)
     out = p.add_argument_group("required: --out, --diff or both")
@@ -224,6 +225,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--draft-method", choices=DRAFT_METHODS, help="how the draft is served")
     p.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all",
                    help="vLLM platform classes the repair must route right on (default: all)")
+    p.add_argument("--engine", choices=[*ENGINE_KEYS, "all"], default=None,
+                   help="engine version the repair must load as stored under (docs/engines.md; default: the "
+                        f"installed one when modelled, else {DEFAULT_ENGINE}); all: every modelled one")
     p.set_defaults(func=_cmd_fix)
 
     p = _command(sub, "report", "one self-contained HTML page: summary, module map, findings, repair",

@@ -93,3 +93,65 @@ def test_rocm_mtp_ignore_entries_realigned_only_by_033(vllm_032: Path, tmp_path:
     assert built["vllm-0.32"] == ("Fp8LinearMethod", "ok")
 
 
+
+
+# Published-config copies (tests/data/published/): what vLLM 0.32's own quant-config classes
+# build for every runtime module (the probe's truth.json, scripts/published_truth.py under
+# 0.32) against 0.33's (the committed truth.json) and against specguard's routes under
+# ``--engine vllm-0.32``. Where the versions differ, DIFFER says so; for these configs they
+# build the same method everywhere (docs/engines.md "vLLM 0.32 vs 0.33").
+DIFFER: dict[str, dict[str, tuple[str, str]]] = {}
+PUBLISHED_032 = ("deepseek-v3-fp8", "deepseek-r1-nvfp4", "glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded",
+                 "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names", "mimo-7b", "gpt-oss-20b")
+
+
+@pytest.fixture(scope="module")
+def published_032(vllm_032: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[str, Path]]:
+    from tests.lint.test_published_truth import published, truth_script
+
+    truths = json.loads((vllm_032 / "truth.json").read_text())
+    base = tmp_path_factory.mktemp("published-032")
+    return truths, {name: published.build(name, base / name, truth_script.LAYERS) for name in truths}
+
+
+def test_published_configs_032_vs_033(published_032: tuple[dict, dict[str, Path]]) -> None:
+    truths, _ = published_032
+    assert set(PUBLISHED_032) <= set(truths)
+    differ = {}
+    for name, got in truths.items():
+        held = json.loads((overlays.ROOT / "tests/data/published" / name / "truth.json").read_text())
+        assert set(got) == set(held), name
+        if diff := {p: (held[p], got[p]) for p in held if held[p] != got[p]}:
+            differ[name] = diff
+    assert differ == DIFFER
+
+
+def test_published_configs_route_as_032_builds(published_032: tuple[dict, dict[str, Path]]) -> None:
+    from tests.lint.test_published_truth import _quantized, _same
+
+    truths, paths = published_032
+    for name, held in truths.items():
+        routes = {rt.prefix: rt for rt in Resolver.open(paths[name], engine="vllm-0.32").routes()}
+        assert all(rt.vllm is None or "vLLM 0.32" in rt.reason or rt.verdict == "ok" for rt in routes.values())
+        wrong = {p: (routes[p].vllm.method, t) for p, t in held.items()
+                 if not _same(routes[p].vllm.method, routes[p].kind, t)}
+        assert not wrong, (name, wrong)
+        misrouted = {p for p, t in held.items() if routes[p].stored.quantized != _quantized(t)}
+        assert {p for p, rt in routes.items() if rt.verdict == "misrouted"} == misrouted, name
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-flash", "deepseek-v4-flash-dspark"])
+def test_published_deepseek_v4_routes_alike_on_both(name: str, tmp_path: Path) -> None:
+    """DeepSeek-V4 MTP / DSpark copies (their quant configs read the live vLLM config, so no
+    truth.json; 0.33's are checked in tests/engines/test_vllm_v0_33.py): 0.32's model differs
+    from 0.33's only in the ROCm re-keying of ``mtp.{i}`` entries, which these configs lack."""
+    from tests.lint.test_published_truth import published, truth_script
+
+    path = published.build(name, tmp_path / name, truth_script.LAYERS)
+    for platform in ("cuda", "rocm", "cpu"):
+        by = {e: {rt.prefix: (rt.verdict, rt.vllm.method if rt.vllm else None)
+                  for rt in Resolver.open(path, engine=e, platform=platform).routes()} for e in ENGINES}
+        assert by["vllm-0.32"] == by["vllm-0.33"], platform
+
+
+ENGINES = ("vllm-0.33", "vllm-0.32")

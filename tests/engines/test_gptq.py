@@ -114,3 +114,35 @@ def test_qwen3_5_negative_mtp_rule_builds_the_mtp_layers_unquantized():
     v = Vllm033({**QWEN, "quantization_config": qc}, tensor_dtypes={"mtp.fc.qweight": "I32"})
     assert v.builds("mtp.layers.0.mlp.experts", kind="routed_experts", model=MTP_MODEL).method \
         == "AutoGPTQMoEMethod"
+
+
+def test_a_null_group_size_is_refused_as_vllm_refuses_it(scenarios, tmp_path) -> None:
+    """``group_size: null`` (seen in the wild): vLLM's ``from_config`` takes it as it is, its
+    Marlin kernels implement none but -1/32/64/128, so the first quantized layer cannot be
+    built. specguard says so (refused, SG701); before, a TypeError traceback."""
+    import json
+    import shutil
+
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import MARLIN_SUPPORTED_GROUP_SIZES
+
+    from specguard.cli import main
+    from specguard.resolve import REFUSED, Resolver
+
+    qc = {"quant_method": "gptq", "bits": 4, "group_size": None, "desc_act": False, "sym": True}
+    assert ag.AutoGPTQConfig.from_config(dict(qc)).group_size is None  # accepted at config time
+    assert None not in MARLIN_SUPPORTED_GROUP_SIZES
+    with pytest.raises(TypeError, match="'int' and 'NoneType'"):  # a null bits: __init__ divides by it
+        ag.AutoGPTQConfig.from_config({**qc, "group_size": 128, "bits": None})
+    src = tmp_path / "q1"
+    shutil.copytree(scenarios["q1"].path, src)
+    config = json.loads((src / "config.json").read_text())
+    block = config.get("quantization_config") or config["text_config"]["quantization_config"]
+    block["group_size"] = None
+    (src / "config.json").write_text(json.dumps(config))
+    routes = Resolver.open(src).routes()
+    assert {rt.verdict for rt in routes} == {REFUSED}
+    assert "group_size None" in routes[0].reason or "WNA16" in routes[0].reason
+    assert main(["lint", str(src), "--select", "SG701"]) == 1
+    block.update(group_size=128, bits=None)  # vLLM: a TypeError in __init__; specguard: one line, exit 2
+    (src / "config.json").write_text(json.dumps(config))
+    assert main(["route", str(src)]) == 2

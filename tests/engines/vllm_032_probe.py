@@ -1,6 +1,8 @@
 """Runs under the vLLM 0.32 overlay (tests/engines/overlays.py): one engine start that
-re-records vLLM 0.32's plans into OUT/plans and writes what its own code reads from the
-ModelOpt blocks the tests give it (OUT/modelopt.json).
+re-records vLLM 0.32's plans into OUT/plans, writes what its own code reads from the
+ModelOpt blocks the tests give it (OUT/modelopt.json), and what 0.32's own quant-config
+classes build for every runtime module of the published-config copies (OUT/truth.json,
+scripts/published_truth.py run under 0.32).
 
     python -m tests.engines.vllm_032_probe OUT
 """
@@ -33,7 +35,25 @@ def main(out: Path) -> int:
     (out / "modelopt.json").write_text(json.dumps(facts))
     failed = record_all(out / "plans")
     (out / "failed.json").write_text(json.dumps(failed))
+    (out / "truth.json").write_text(json.dumps(published_truth()))
     return 0
+
+
+def published_truth() -> dict:
+    """name -> {runtime prefix: the method 0.32's real get_quant_method returns} (as truth.json)."""
+    import importlib.util
+    import tempfile
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("published_truth", root / "scripts/published_truth.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["published_truth"] = script
+    spec.loader.exec_module(script)
+    pub = script._published()
+    with tempfile.TemporaryDirectory() as tmp:
+        return {name: script.truth(name, pub.build(name, Path(tmp) / name, script.LAYERS))
+                for name in sorted(set(pub.MODELS) - script.SKIP)}
 
 
 if __name__ == "__main__":

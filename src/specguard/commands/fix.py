@@ -8,17 +8,21 @@ from pathlib import Path
 
 from specguard.checkpoint.source import Checkpoint
 from specguard.commands.sources import open_path
+from specguard.engines.registry import engine as engine_of
+from specguard.engines.registry import installed as installed_engine
+from specguard.engines.registry import keys as engine_keys
 from specguard.errors import UsageError
 from specguard.lint import lint
 from specguard.lint.finding import ERROR
-from specguard.repair import make_plan, platforms_for
+from specguard.repair import make_plan
 from specguard.repair.diff import config_diff, hf_overrides
-from specguard.repair.plan import Plan, describe, merged, open_resolvers
+from specguard.repair.plan import ALL, Plan, Problem, describe, merged, open_resolvers, runs_for
 from specguard.repair.strategies.draft_layers import NO_DRAFTER
 from specguard.repair.verify import RepairFailed, verify
 from specguard.repair.write import Written, check_out, write_repair
 from specguard.resolve import Resolver
 from specguard.terminal import console, plural
+from specguard.usage import EXIT_UNVOUCHED
 
 EXIT_OK = 0
 
@@ -39,17 +43,27 @@ def run_fix(args: argparse.Namespace) -> int:
         raise UsageError("--draft-method eagle repairs a separate EAGLE drafter: pass --draft SRC")
     if args.remote and not args.diff:
         raise UsageError("a remote checkpoint cannot be linked into DIR: use --diff")
+    choice = getattr(args, "engine", None)
+    engines = engine_keys() if choice == ALL else (choice or installed_engine(),)
+    runs = runs_for(engines, args.platform)
+    platforms = tuple(dict.fromkeys(p for _, p in runs))
     target = _open(args.source, args)
     drafter = _open(args.draft, args) if args.draft else None
-    platforms = platforms_for(args.platform)
-    plan = make_plan(target, drafter, platforms, args.draft_method)
+    plan = make_plan(target, drafter, platforms, args.draft_method, engines)
     names = " + ".join(c.name for c in (target, drafter) if c is not None)
+    where = _runs_text(runs)
     if plan.clean:
-        left = _lint_errors(target, drafter, platforms[0], args.draft_method)
+        first = {e: p for e, p in reversed(runs)}  # each engine's first platform class
+        left = ", ".join(sorted({c for e, p in first.items()
+                                 for c in _lint_errors(target, drafter, p, args.draft_method, e)}))
         if left:
             raise UsageError(f"{names}: every module routes as stored, but lint finds {left}; "
                              "fix repairs routing only (`specguard lint` says what to change)")
-        _say(f"{names}: every module routes as stored on {', '.join(platforms)}; nothing to repair")
+        if plan.unvouched:
+            _say(f"{names}: nothing to repair that specguard can vouch for on {where}")
+            _print_unvouched(plan)
+            return EXIT_UNVOUCHED
+        _say(f"{names}: every module routes as stored on {where}; nothing to repair")
         return EXIT_OK
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -64,12 +78,14 @@ def run_fix(args: argparse.Namespace) -> int:
         raise UsageError("fix needs --out DIR (or --diff to print the config change)")
     checked = []
     results = write_repair(plan, out, lambda paths: checked.append(
-        verify(paths, platforms, args.draft_method, lint_check)))
+        verify(paths, platforms, args.draft_method, lint_check, engines)))
     for w in results:
         _print_written(w)
     v = checked[-1]
     left = f"; lint warnings left: {', '.join(v.notes)}" if v.notes else ""
-    _say(f"verified: route {v.modules}/{v.modules} ok on {', '.join(platforms)}; lint: no error{left}")
+    ok = v.modules - v.unvouched
+    unknown = f", {v.unvouched} unknown" if v.unvouched else ""
+    _say(f"verified: route {ok}/{v.modules} ok{unknown} on {where}; lint: no error{left}")
     if any(ov.reencode for ov in plan.overlays) and set(platforms) - {"cpu"}:
         _say("note: the CPU/XPU class reads no per-layer MXFP4 switch; --platform cuda (or rocm) "
               "repairs with config alone")
@@ -78,7 +94,32 @@ def run_fix(args: argparse.Namespace) -> int:
     if len(results) > 1:
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
+    if plan.unvouched:
+        _print_unvouched(plan)
+        return EXIT_UNVOUCHED
     return EXIT_OK
+
+
+def _runs_text(runs: Sequence[tuple[str, str]], named: bool | None = None) -> str:
+    """``cuda, rocm, cpu`` for one engine; ``vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (...)`` for
+    several (``named``: name the engine even where the runs are one engine's)."""
+    by: dict[str, list[str]] = {}
+    for key, platform in runs:
+        by.setdefault(key, []).append(platform)
+    if not (len(by) > 1 if named is None else named):
+        return ", ".join(dict.fromkeys(p for ps in by.values() for p in ps))
+    return ", ".join(f"{engine_of(k).name} ({', '.join(dict.fromkeys(ps))})" for k, ps in by.items())
+
+
+def _print_unvouched(plan: Plan) -> None:
+    """What the repair left alone because specguard cannot say what the engine builds (exit 3,
+    as route and lint: `specguard rule SG205`)."""
+    by: dict[tuple[str, str], dict[str, Problem]] = {}
+    for p in plan.unvouched:
+        why = p.route.vllm.reason if p.route.vllm is not None else p.route.reason
+        by.setdefault((p.overlay.checkpoint.name, why), {}).setdefault(p.route.prefix, p)
+    for (name, why), ps in by.items():
+        _say(f"could not vouch for {len(ps)} module(s) of {name}, left as they are ({describe(list(ps))}): {why}")
 
 
 def _say(line: str) -> None:
@@ -86,9 +127,10 @@ def _say(line: str) -> None:
     console().print(line, markup=False, highlight=False)
 
 
-def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None) -> str:
-    findings = lint(open_resolvers(target, drafter, platform, method)).findings
-    return ", ".join(sorted({f.code for f in findings if f.severity == ERROR}))
+def _lint_errors(target: Checkpoint, drafter: Checkpoint | None, platform: str, method: str | None,
+                 engine: str) -> set[str]:
+    findings = lint(open_resolvers(target, drafter, platform, method, engine)).findings
+    return {f.code for f in findings if f.severity == ERROR}
 
 
 def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
@@ -100,12 +142,14 @@ def _open(source: str | None, args: argparse.Namespace) -> Checkpoint:
 
 def _print_problems(plan: Plan) -> None:
     """One line per checkpoint, verdict and set of platforms: the modules, run-length grouped."""
-    platforms: dict[tuple, list[str]] = {}
+    runs: dict[tuple, list[tuple[str, str]]] = {}
     for p in plan.problems:
-        platforms.setdefault((p.overlay.checkpoint.name, p.route.verdict, p.route.prefix), []).append(p.platform)
+        runs.setdefault((p.overlay.checkpoint.name, p.route.verdict, p.route.prefix), []).append(
+            (p.engine, p.platform))
     lines: dict[tuple, list[str]] = {}
-    for (name, verdict, prefix), where in platforms.items():
-        lines.setdefault((name, verdict, ", ".join(where)), []).append(prefix)
+    for (name, verdict, prefix), where in runs.items():
+        text = _runs_text(where, len(plan.engines) > 1)
+        lines.setdefault((name, verdict, text), []).append(prefix)
     for (name, verdict, where), prefixes in lines.items():
         _say(f"{name}: {len(prefixes)} module(s) {verdict} on {where}: {describe(prefixes)}")
 

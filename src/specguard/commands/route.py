@@ -9,7 +9,7 @@ from typing import cast
 from rich.console import Console
 from rich.table import Table
 
-from specguard.commands.output import write_json
+from specguard.commands.output import ROUTE_SCHEMA_VERSION, write_json
 from specguard.commands.sources import drafter_beside, open_path
 from specguard.engines.registry import installed as installed_engine
 from specguard.engines.registry import keys as engine_keys
@@ -55,7 +55,7 @@ def run_route(args: argparse.Namespace) -> int:
     code = 1 if verdicts - {UNKNOWN} else EXIT_UNVOUCHED if verdicts else 0
     try:
         if args.json:
-            write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes])
+            write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes], ROUTE_SCHEMA_VERSION)
         else:
             render([rt for _, rt in routes], console(), title=" + ".join(r.checkpoint.name for r in rs),
                    show_ok=args.all, engine=rs[0].vllm.name)
@@ -71,7 +71,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     if args.json:
         first = next(iter(by_engine.values()))
         write_json(first[0][0].checkpoint.name if first else args.source,
-                   [route_record(r, rt) for routes in by_engine.values() for r, rt in routes])
+                   [route_record(r, rt) for routes in by_engine.values() for r, rt in routes], ROUTE_SCHEMA_VERSION)
     else:
         render_matrix(by_engine, console(), show_ok=args.all)
     return 1 if any(rt.verdict != OK for routes in by_engine.values() for _, rt in routes) else 0

@@ -49,10 +49,13 @@ def _applies(fix: Fix) -> str:
     return f" ({fix.applicability}{where})"
 
 
+LINT_SCHEMA_VERSION = 3  # 3 since every finding carries ``engine`` (docs/json.md)
+
+
 def as_json(findings: Sequence[Finding], source: str, *, bytes_read: int, total_bytes: int,
             bytes_by_rule: dict[str, int]) -> str:
     return json.dumps({
-        "schema": 2, "checkpoint": source, "bytes_read": bytes_read, "checkpoint_bytes": total_bytes,
+        "schema": LINT_SCHEMA_VERSION, "checkpoint": source, "bytes_read": bytes_read, "checkpoint_bytes": total_bytes,
         "bytes_read_by_rule": bytes_by_rule,
         "findings": [f.as_dict() for f in findings],
     }, indent=1)

@@ -21,12 +21,14 @@ from specguard.checkpoint.source import Checkpoint
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, ConfigEdit, Fix, apply_all
 from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
 from specguard.engines.registry import engine as engine_of
+from specguard.errors import UsageError
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
-from specguard.resolve import OK, Resolver, Route
+from specguard.resolve import OK, UNKNOWN, Resolver, Route
 
 ALL = "all"
 TARGET, DRAFTER = "target", "drafter"
+DEFAULT_PLATFORM = "cuda"  # Resolver's default platform class
 
 
 class Unrepairable(CheckpointError):
@@ -36,6 +38,28 @@ class Unrepairable(CheckpointError):
 def platforms_for(choice: str, engine: str = DEFAULT_ENGINE) -> tuple[str, ...]:
     """``all`` -> every platform class the engine distinguishes (vLLM: V4.1 on cuda/rocm, V4 on cpu)."""
     return engine_of(engine).platforms if choice == ALL else (choice,)
+
+
+def runs_for(engines: Sequence[str], choice: str) -> list[tuple[str, str]]:
+    """(engine key, platform class) for every engine asked for: ``all`` -> each platform class
+    that engine distinguishes (``Engine.platforms``); one class -> that class on every engine
+    (UsageError where an engine models no such class)."""
+    out: list[tuple[str, str]] = []
+    for key in engines:
+        own = engine_of(key).platforms
+        if not own:  # an engine whose builds no platform class changes: routed once
+            out.append((key, DEFAULT_PLATFORM if choice == ALL else choice))
+            continue
+        if choice != ALL and choice not in own:
+            raise UsageError(f"--platform {choice}: {key} models no such platform class ({', '.join(own)})")
+        out += [(key, p) for p in (own if choice == ALL else (choice,))]
+    return out
+
+
+def platforms_of(engine: str, platforms: Sequence[str]) -> list[str]:
+    """Those of ``platforms`` the engine distinguishes (one, the first, where it distinguishes none)."""
+    own = engine_of(engine).platforms
+    return [p for p in platforms if p in own] if own else list(platforms[:1])
 
 
 @dataclass(frozen=True)
@@ -237,6 +261,16 @@ class Problem:
     def where(self) -> str:
         return f"{self.overlay.checkpoint.name} [{self.route.prefix}]"
 
+    @property
+    def engine(self) -> str:
+        """The engine key whose build this problem is (``vllm-0.33``)."""
+        return self.resolver.engine
+
+    @property
+    def run(self) -> str:
+        """Engine and platform class, as messages name them: ``vLLM 0.32 cuda``."""
+        return f"{engine_of(self.engine).name} {self.platform}"
+
 
 @dataclass
 class Plan:
@@ -244,6 +278,8 @@ class Plan:
     overlays: list[Overlay]  # target first, then a separate drafter
     problems: list[Problem]
     refused: list[Unrepairable] = field(default_factory=list)  # lenient plans (lint's): what no strategy repairs
+    unvouched: list[Problem] = field(default_factory=list)  # verdict unknown: no repair planned, none vouched for
+    engines: tuple[str, ...] = (DEFAULT_ENGINE,)  # engine keys the plan routes under
 
     @property
     def clean(self) -> bool:
@@ -277,19 +313,34 @@ class Plan:
 
 
 def open_resolvers(target: Checkpoint, drafter: Checkpoint | None, platform: str,
-                   draft_method: str | None = None) -> list[Resolver]:
+                   draft_method: str | None = None, engine: str = DEFAULT_ENGINE) -> list[Resolver]:
     """Target (and drafter) resolvers as ``specguard route`` builds them, never memoized."""
-    t = Resolver(target, draft_method=None if drafter else draft_method, platform=platform)
+    t = Resolver(target, draft_method=None if drafter else draft_method, platform=platform, engine=engine)
     if drafter is None:
         return [t]
-    return [t, Resolver(drafter, draft_method=draft_method or "dspark", target=t, platform=platform)]
+    return [t, Resolver(drafter, draft_method=draft_method or "dspark", target=t, platform=platform, engine=engine)]
 
 
 def make_plan(target: Checkpoint, drafter: Checkpoint | None, platforms: Sequence[str],
-              draft_method: str | None = None) -> Plan:
-    """The repair ``specguard fix`` writes: every module routes as stored on every platform,
-    or :class:`Unrepairable`."""
-    return plan_for([(p, open_resolvers(target, drafter, p, draft_method)) for p in platforms])
+              draft_method: str | None = None, engines: Sequence[str] = (DEFAULT_ENGINE,)) -> Plan:
+    """The repair ``specguard fix`` writes: every module routes as stored under every engine on
+    every platform class it distinguishes among ``platforms``, or :class:`Unrepairable`. Over
+    several engines, each is planned alone first, so a refusal names the engine it is for."""
+    runs = [(e, p) for e in engines for p in platforms_of(e, platforms)]
+    if len(engines) > 1:
+        for key in engines:
+            try:
+                make_plan(target, drafter, platforms, draft_method, (key,))
+            except Unrepairable as e:
+                raise Unrepairable(f"{engine_of(key).name}: {e.where}", e.what) from e
+    try:
+        plan = plan_for([(p, open_resolvers(target, drafter, p, draft_method, e)) for e, p in runs])
+    except Unrepairable as e:
+        if len(engines) > 1:
+            raise Unrepairable(e.where, f"{e.what} (no one repair satisfies {', '.join(engines)})") from e
+        raise
+    plan.engines = tuple(engines)
+    return plan
 
 
 def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *, strict: bool = True) -> Plan:
@@ -298,12 +349,16 @@ def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *,
     first = resolvers_by_platform[0][1]
     overlays = [Overlay.of(first[0].checkpoint, TARGET)] + [Overlay.of(r.checkpoint, DRAFTER) for r in first[1:]]
     problems: list[Problem] = []
+    unvouched: list[Problem] = []
     for platform, resolvers in resolvers_by_platform:
         for overlay, res in zip(overlays, resolvers, strict=True):
-            problems += [Problem(platform, overlay, res, rt) for rt in res.routes() if rt.verdict != OK]
+            for rt in res.routes():
+                if rt.verdict != OK:
+                    (unvouched if rt.verdict == UNKNOWN else problems).append(Problem(platform, overlay, res, rt))
             overlay.index_outside_drafts(res)
             overlay.rename_unmapped_experts(res)
-    plan = Plan(tuple(p for p, _ in resolvers_by_platform), overlays, problems)
+    plan = Plan(tuple(dict.fromkeys(p for p, _ in resolvers_by_platform)), overlays, problems, unvouched=unvouched,
+                engines=tuple(dict.fromkeys(rs[0].engine for _, rs in resolvers_by_platform)))
     if plan.clean:
         return plan
     from specguard.repair.strategies import STRATEGIES
@@ -318,7 +373,8 @@ def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *,
     left = plan.pending()
     if left and strict:
         p = left[0]
-        raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {p.platform}: {p.route.reason}")
+        on = p.run if len(plan.engines) > 1 else p.platform
+        raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {on}: {p.route.reason}")
     return plan
 
 

@@ -69,7 +69,9 @@ def _match(pattern: str, name: str) -> bool:
 def gptq_builds(qc: Mapping[str, Any], prefix: str, kind: str, quantized_layers: Sequence[str],
                 packed: Mapping[str, Sequence[str]]) -> GptqDecision:
     dynamic: Mapping[str, Any] = qc.get("dynamic") or {}
-    bits, group = int(qc.get("bits", 4)), int(qc.get("group_size", 128))
+    # a non-integer bits/group_size stops vLLM before it serves (startup.py ``_gptq``): the
+    # answer here only has to exist, the verdict is ``refused``
+    bits, group = _integer(qc.get("bits", 4), 4), _integer(qc.get("group_size", 128), -1)
     if kind == HEAD and not qc.get("lm_head"):
         return GptqDecision(False, 16, -1, "lm_head is false")
     if kind not in (LINEAR, ROUTED_EXPERTS, HEAD):
@@ -85,6 +87,10 @@ def gptq_builds(qc: Mapping[str, Any], prefix: str, kind: str, quantized_layers:
     g = dynamic_override(dynamic, prefix, "group_size", group)
     why = f"dynamic {rule!r} (first match)" if rule else f"bits={bits}, group_size={group}"
     return GptqDecision(True, b if isinstance(b, int) else bits, g if isinstance(g, int) else group, why)
+
+
+def _integer(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def gptq_dynamic_fix(dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:

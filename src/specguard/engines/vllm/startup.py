@@ -73,7 +73,7 @@ MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A
 # Stacks whose stored names no unquantized vLLM layer has as parameters.
 WRAPPED = (s.BITSANDBYTES, s.QUANTO, s.TORCHAO)
 
-CONFIG, LOAD = "start-up", "weight loading"
+CONFIG, LOAD, BUILD = "start-up", "weight loading", "layer construction"
 
 
 def not_modelled(quant_method: str | None) -> EngineChoice:
@@ -127,8 +127,27 @@ def refusals(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | Non
         out.extend(_fp8_config(qc))
     elif method in ("auto-round", "inc"):
         out.extend(_inc(qc, modules, layout))
+    elif method in ("gptq", "auto_gptq", "gptq_marlin"):
+        out.extend(_gptq(qc))
     out.extend(_v3_gate_bias(config, modules, layout))
     return out
+
+
+def _gptq(qc: Mapping[str, Any]) -> list[Refusal]:
+    """quantization/auto_gptq.py ``AutoGPTQConfig``: ``from_config`` takes ``group_size``
+    as it is (``get_from_keys``, no type check); a ``group_size`` no kernel implements stops the first
+    quantized layer's ``create_weights`` (``choose_mp_linear_kernel``: Marlin implements
+    -1, 32, 64, 128 only; the MoE fallback, ``MoeWNA16Method.create_weights``, divides by it)."""
+    where = "quantization/auto_gptq.py AutoGPTQConfig"
+    group = qc.get("group_size")  # a non-integer bits is a ConfigError already (declared/gptq_awq.py)
+    if "group_size" not in qc:
+        return [Refusal(CONFIG, "ValueError: Cannot find any of ['group_size'] in the model's quantization config.",
+                        f"{where}.from_config reads group_size with get_from_keys (no default)")]
+    if not isinstance(group, int) or isinstance(group, bool):
+        return [Refusal(BUILD, "ValueError: Failed to find a kernel that can implement the WNA16 linear layer",
+                        f"{where}.from_config takes group_size {group!r} as it is; no GPTQ kernel implements it "
+                        "(kernels/linear choose_mp_linear_kernel; MoeWNA16Method.create_weights divides by it)")]
+    return []
 
 
 def _fp8_config(qc: Mapping[str, Any]) -> list[Refusal]:

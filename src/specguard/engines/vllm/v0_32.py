@@ -46,6 +46,7 @@ class Vllm032(Vllm033):
     name = ENGINE
     plan_engine = PLAN_ENGINE
     realigns_mtp_on_rocm = False
+    reads_config_json_exclude_modules = False
 
     def __init__(self, config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None,
                  **options: Any) -> None:

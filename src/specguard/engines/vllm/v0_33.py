@@ -169,6 +169,9 @@ class Vllm033:
     plan_engine = PLAN_ENGINE  # plans/<key>/ this version reads (a subclass for another version sets its own)
     # amd/mtp.py align_mtp_quant_config re-keys the MTP draft's ignore entries on ROCm (new in 0.33)
     realigns_mtp_on_rocm = True
+    # modelopt.py ModelOptQuantConfigBase.from_config reads config.json's list from ``ignore``,
+    # else ``exclude_modules`` (0.32: ``ignore`` only); the fix planner writes the key every engine reads
+    reads_config_json_exclude_modules = True
 
     # What the other stages ask of this engine, on the value: they import no engine module
     # (tests/test_architecture.py), so another engine answers with its own facts.

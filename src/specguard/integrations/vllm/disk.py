@@ -28,6 +28,9 @@ class Stored:
     scheme: Scheme
     role: str  # main, draft, embedding, head
     checkpoint_names: tuple[str, ...]
+    # why specguard cannot say what the engine builds here (no recorded plan of the architecture,
+    # a quant stack not modelled): the plugin then leaves the model's routing to vLLM
+    unmodelled: str = ""
 
     @property
     def format(self) -> str:
@@ -61,7 +64,12 @@ def stored(source: str, runtime_prefix: str, draft_method: str | None = None) ->
     scheme = route.stored
     if scheme is None or scheme.format in (UNKNOWN, AMBIGUOUS, MIXED):
         return None
-    return Stored(scheme, route.role.name, tuple(route.checkpoint_names))
+    built = route.vllm
+    unmodelled = built.reason if built is not None and built.method in _UNMODELLED else ""
+    return Stored(scheme, route.role.name, tuple(route.checkpoint_names), unmodelled)
+
+
+_UNMODELLED = ("no plan", "unknown")  # engines.vllm.v0_33.NO_PLAN, engines.NOT_MODELLED
 
 
 _failed: set[tuple[str, str | None]] = set()

@@ -84,7 +84,7 @@ def wrap_get_quant_method(original: Callable[..., Any]) -> Callable[..., Any]:
         if _state.vanilla:
             return vllm_call(original, self, layer, prefix)
         kind = methods.layer_kind(layer)
-        if kind is None:
+        if kind is None or not modelled(self, prefix):
             return vllm_call(original, self, layer, prefix)
         if current().mode == FIX:
             rekey_mtp_entries(self, prefix)
@@ -116,12 +116,34 @@ def wrap_is_nvfp4_expert_layer(original: Callable[..., bool]) -> Callable[..., b
             return vllm_call(original, self, prefix)
         source = checkpoint_of(self)
         answer = disk.stored(source, prefix, draft_method()) if source else None
-        if answer is not None and answer.format in ("nvfp4", "mxfp4"):
+        if answer is not None and answer.format in ("nvfp4", "mxfp4") and modelled(self, prefix):
             return answer.format == "nvfp4"
         return vllm_call(original, self, prefix)
 
     return safety.method(f"{_owner(original)}._is_nvfp4_expert_layer", _is_nvfp4_expert_layer, original,
                          _unpatched(original))
+
+
+def modelled(config: Any, prefix: str) -> bool:
+    """Does specguard model what vLLM builds at ``prefix`` (a recorded plan of the architecture,
+    a model of the quant stack)? Where not, the plugin guessing could turn a correctly routed
+    model into a wrong one: vLLM's own routing stands, said once per checkpoint and cause."""
+    source = checkpoint_of(config)
+    answer = disk.stored(source, prefix, draft_method()) if source else None
+    if answer is None or not answer.unmodelled:
+        return True
+    key = f"{source}|{answer.unmodelled}"
+    with _unmodelled_lock:
+        first = key not in _unmodelled
+        _unmodelled.add(key)
+    if first:
+        safety.log.warning("specguard: %s: %s; the plugin leaves this model's routing to vLLM", source,
+                           answer.unmodelled)
+    return False
+
+
+_unmodelled: set[str] = set()
+_unmodelled_lock = threading.Lock()
 
 
 def route(config: Any, layer: Any, prefix: str, kind: str, original: Callable[..., Any]) -> Any:

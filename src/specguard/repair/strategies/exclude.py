@@ -18,10 +18,12 @@ Per stack (declared/ models each stack's semantics):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from specguard.declared import CT_MATCH, MODELOPT_EXCLUDE, Pattern
-from specguard.declared.edits import Applicability
+from specguard.declared.edits import CONFIG_JSON, Applicability
 from specguard.declared.model import Semantics
+from specguard.engines.registry import engine as engine_of
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
@@ -39,22 +41,30 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     for firsts in per_overlay.values():
         p = firsts[0]
         exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
-                "stored unquantized")
+                "stored unquantized", engines=plan.engines)
     settle(q for ps in groups.values() for q in ps)
 
 
 def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
-            applicability: Applicability = Applicability.SAFE) -> None:
-    """Add the entries that make vLLM build ``prefixes`` unquantized."""
+            applicability: Applicability = Applicability.SAFE, engines: Sequence[str] = ()) -> None:
+    """Add the entries that make vLLM build ``prefixes`` unquantized (under each of ``engines``)."""
     stack = resolver.declared_config.stack
     if stack in ("fp8", "deepseek_v4_fp8"):
         overlay.add_entries("ignored_layers", _exact(prefixes), why, prefixes, applicability)
     elif stack == "compressed-tensors":
         overlay.add_entries("ignore", _grouped(resolver, prefixes, CT_MATCH), why, prefixes, applicability)
     elif stack == "modelopt":
-        block, _, _ = overlay.quant_block()
+        block, file, _ = overlay.quant_block()
+        entries = _grouped(resolver, prefixes, MODELOPT_EXCLUDE)
         key = "ignore" if "ignore" in block else "exclude_modules"
-        overlay.add_entries(key, _grouped(resolver, prefixes, MODELOPT_EXCLUDE), why, prefixes, applicability)
+        if key == "exclude_modules" and file == CONFIG_JSON and not _read_exclude_modules(engines):
+            # one list every engine reads: ``ignore`` (read first where both are), the old entries kept
+            old = [str(e) for e in block.get("exclude_modules") or []]
+            left = [p for p in prefixes if not any(Pattern(e, Semantics(MODELOPT_EXCLUDE), "").matches(p)
+                                                   for e in old)]
+            key, entries = "ignore", list(dict.fromkeys([*old, *_grouped(resolver, left, MODELOPT_EXCLUDE)]))
+            why += "; config.json's exclude_modules as ignore, which every engine reads (vLLM 0.32 only that)"
+        overlay.add_entries(key, entries, why, prefixes, applicability)
     elif stack == "gptq":
         block, _, _ = overlay.quant_block()
         quantized = [rt.prefix for rt in resolver.routes() if rt.stored is not None and rt.stored.quantized]
@@ -67,6 +77,11 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
     else:
         raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                            f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")
+
+
+def _read_exclude_modules(engines: Sequence[str]) -> bool:
+    """Does every engine read config.json's ModelOpt ``exclude_modules`` (vLLM 0.32 does not)?"""
+    return all(getattr(engine_of(k).model, "reads_config_json_exclude_modules", True) for k in engines)
 
 
 def _exact(prefixes: list[str]) -> list[str]:

@@ -27,5 +27,5 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         for name in p.route.checkpoint_names:
             p.overlay.reencode[name] = s.BF16
         exclude(p.overlay, p.resolver, [p.route.prefix],
-                "re-encoded BF16: unquantized on every class", Applicability.REENCODE)
+                "re-encoded BF16: unquantized on every class", Applicability.REENCODE, plan.engines)
         settle(ps)

@@ -1,0 +1,146 @@
+"""`specguard fix --engine NAME|all` (issue 27 item 2): the repair an engine loads as stored,
+re-routed under that engine; `all`: one repair every modelled engine loads as stored, or one
+line naming the engine it cannot satisfy. And a checkpoint with modules specguard cannot
+vouch for: what can be repaired is, the rest is named (exit 3, as route and lint).
+
+The engines differ where tests/engines/test_engine_versions.py proves it from each version's
+own code: a ModelOpt block in config.json that spells its list ``exclude_modules`` is read
+by vLLM 0.33 (``ignore``, else ``exclude_modules``) and ignored by 0.32 (``ignore`` only).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specguard.checkpoint.source import open_checkpoint
+from specguard.cli import main
+from specguard.engines import registry
+from specguard.repair.plan import open_resolvers
+from specguard.resolve import OK, UNKNOWN
+from specguard.usage import EXIT_UNVOUCHED
+
+ENGINES = ("vllm-0.33", "vllm-0.32")
+
+
+def _edited(src: Path, dst: Path, edit) -> Path:
+    """A copy of checkpoint ``src`` whose config.json ``edit(config)`` changed (bytes untouched)."""
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    edit(config)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def s8x(scenarios, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """S8-NVFP4 with config.json's ModelOpt list spelled ``exclude_modules``, no hf_quant_config.json."""
+    def spell(config: dict) -> None:
+        block = config["quantization_config"]
+        block["exclude_modules"] = block.pop("ignore")
+
+    out = _edited(scenarios["s8-nvfp4"].path, tmp_path_factory.mktemp("s8x") / "s8x", spell)
+    (out / "hf_quant_config.json").unlink()
+    return out
+
+
+def _verdicts(path: Path, engine: str, platform: str = "cuda") -> set[str]:
+    rs = open_resolvers(open_checkpoint(path), None, platform, None, engine)
+    return {str(rt.verdict) for r in rs for rt in r.routes()}
+
+
+def _lint_edits(capsys: pytest.CaptureFixture[str], src: Path, engine: str) -> list[dict]:
+    capsys.readouterr()
+    main(["lint", str(src), "--engine", engine, "--platform", "cuda", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    return [e for f in report["findings"] if f["applicability"] != "display-only" for e in f["edits"]]
+
+
+def test_the_engines_differ_on_the_source(s8x: Path) -> None:
+    assert _verdicts(s8x, "vllm-0.33") == {OK}
+    assert _verdicts(s8x, "vllm-0.32") == {OK, "misrouted"}
+
+
+def test_fix_for_032_writes_the_list_032_reads(s8x: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["fix", str(s8x), "--out", str(out), "--engine", "vllm-0.32", "--platform", "cuda"]) == 0
+    block = json.loads((out / "config.json").read_text())["quantization_config"]
+    old = json.loads((s8x / "config.json").read_text())["quantization_config"]["exclude_modules"]
+    assert block["ignore"][: len(old)] == old  # 0.33 reads ignore first: nothing it excluded is lost
+    for engine in ENGINES:  # re-routed under each engine: every module as stored
+        assert _verdicts(out, engine) == {OK}, engine
+    # lint's printed fix under 0.32 is the fix `fix --engine vllm-0.32` writes
+    edits = _lint_edits(capsys, s8x, "vllm-0.32")
+    assert [(e["path"], e["op"]) for e in edits] and all(e["path"] == ["quantization_config", "ignore"]
+                                                          for e in edits)
+    assert sorted({v for e in edits for v in e["value"]}) == sorted(block["ignore"])
+
+
+def test_fix_for_033_has_nothing_to_repair(s8x: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["fix", str(s8x), "--out", str(out), "--engine", "vllm-0.33"]) == 0
+    assert "nothing to repair" in capsys.readouterr().out and not out.exists()
+
+
+def test_fix_all_engines_is_verified_under_each(s8x: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["fix", str(s8x), "--out", str(out), "--engine", "all"]) == 0
+    text = capsys.readouterr().out
+    assert "misrouted on vLLM 0.32 (cuda, rocm, cpu)" in text
+    assert "ok on vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (cuda, rocm, cpu)" in text
+    for engine in ENGINES:
+        for platform in ("cuda", "rocm", "cpu"):
+            assert _verdicts(out, engine, platform) == {OK}, (engine, platform)
+
+
+def test_fix_all_names_the_engine_it_cannot_satisfy(s8x: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An architecture only vLLM 0.33's registry lists: 0.32 refuses it at start-up (SG701),
+    and no config edit changes that."""
+    src = _edited(s8x, tmp_path / "step5", lambda c: c.update(architectures=["Step5ForCausalLM"]))
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("specguard: error: vLLM 0.32: ")
+    assert "refused" in err and "Step5ForCausalLM" in err
+    assert not out.exists()
+    assert main(["fix", str(src), "--out", str(out), "--engine", "vllm-0.33"]) == 0  # 0.33 alone: fine
+
+
+def test_fix_all_iterates_the_registry(scenarios, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered engine is one `--engine all` repairs for, with no change to fix."""
+    def other() -> registry.Engine:
+        return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model)
+
+    monkeypatch.setitem(registry._FACTORIES, "vllm-0.32-copy", other)
+    out = tmp_path / "out"
+    assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 0
+    assert "ok on vLLM 0.33 (cuda), vLLM 0.32 (cuda), vLLM 0.32 (copy) (cuda)" in capsys.readouterr().out
+
+
+def test_unvouched_modules_are_left_and_named(scenarios, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """S7 (a promised MTP layer no tensor holds) under a quant stack specguard does not model
+    (FBGEMM FP8): the missing layer is repaired; the 15 modules whose build specguard cannot
+    say are left as they are and named; exit 3. (Before: exit 2, "no repair strategy for unknown".)"""
+    src = _edited(scenarios["s7"].path, tmp_path / "s7u", lambda c: c.update(
+        quantization_config={"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                             "modules_to_not_convert": []}))
+    assert UNKNOWN in _verdicts(src, "vllm-0.33")
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out)]) == EXIT_UNVOUCHED
+    text = capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["num_nextn_predict_layers"] == 0
+    assert "ok, 15 unknown on cuda, rocm, cpu" in text
+    line = next(x for x in text.splitlines() if x.startswith("could not vouch"))
+    assert "15 module(s)" in line and "FBGEMMFp8Config" in line
+    # nothing left to repair: still says what it cannot vouch for
+    again = tmp_path / "again"
+    assert main(["fix", str(out), "--out", str(again)]) == EXIT_UNVOUCHED
+    assert "nothing to repair that specguard can vouch for" in capsys.readouterr().out
+    assert not again.exists()
