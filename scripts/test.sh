@@ -14,9 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+times_file=$(mktemp)
 step() {
   local cpu
-  cpu=$(times | awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+  times >"$times_file"  # here, not in $(...): a subshell's `times` counts only its own children
+  cpu=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%.1f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$times_file")
   printf '[test.sh %s +%ds, %s CPU s] %s\n' "$(date +%H:%M:%S)" "$((SECONDS - start))" "$cpu" "$*"
 }
 declare -A bg_pid bg_log
@@ -60,9 +62,11 @@ if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
   wait_for chromium
 fi
-step "pytest"
+# Two workers, one per core (pytest-xdist); tests/conftest.py groups the tests by file and
+# starts the ones that wait on an engine subprocess first.
+step "pytest (2 workers)"
 status=0
-.venv/bin/python -m pytest -q "$@" || status=$?
+.venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
 step "ruff"
 wait_for ruff
 step "mypy"
