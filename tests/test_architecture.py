@@ -176,3 +176,29 @@ def test_scripts_and_benchmarks_do_not_import_the_tests():
                 found += [f"{path.relative_to(ROOT)}: {n}" for n in names
                           if (n == "tests" or n.startswith("tests.")) and n not in HARNESS]
     assert not found, "\n".join(found)
+
+
+_ENGINE_PACKAGES = {p.name for p in (SRC / "engines").iterdir() if (p / "__init__.py").exists()}
+
+
+def _engine_module_imports(path: Path) -> list[str]:
+    """Modules of one engine (``specguard.engines.vllm...``) this file imports, lazy ones included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        out += [f"{n}:{node.lineno}" for n in names
+                if n.startswith("specguard.engines.") and n.split(".")[2] in _ENGINE_PACKAGES]
+    return out
+
+
+def test_only_engines_import_an_engine_module():
+    """The engine is a value (issue 27): other stages reach one engine's facts through the
+    engine model a Resolver holds or through engines/registry.py, never by importing
+    ``engines/vllm/`` or ``engines/sglang/``, so adding an engine touches engines/ only."""
+    found = {str(p.relative_to(SRC)): hits for p in sorted(SRC.rglob("*.py"))
+             if _stage(p) != "engines" and (hits := _engine_module_imports(p))}
+    assert found == {}

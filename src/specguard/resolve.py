@@ -24,10 +24,9 @@ from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
-from specguard.engines import NOT_MODELLED, EngineChoice, EngineModel
+from specguard.engines import DSPARK_MODEL, EAGLE_MODEL, NO_PLAN, NOT_MODELLED, EngineChoice, EngineModel
 from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
 from specguard.engines.registry import engine as engine_of
-from specguard.engines.vllm.v0_33 import DSPARK_MODEL, EAGLE_MODEL, NO_PLAN, v41_ignore_name
 from specguard.errors import ConfigError, LayoutError, UsageError
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -371,7 +370,7 @@ class Resolver:
         module, the engine will never see it matched)."""
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
-        v41 = [x for x in (v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
+        v41 = [x for x in (self.vllm.v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
         for pat, hits in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
             if name not in hits:
                 continue

@@ -104,6 +104,16 @@ def test_architecture_vllm_does_not_have(scenarios, tmp_path):
         ModelRegistry._raise_for_unsupported(["MadeUpForCausalLM"])
 
 
+def test_architecture_vllm_does_not_have_is_one_finding(scenarios, tmp_path):
+    """S1 misroutes its draft experts and names a dead pattern; under an architecture vLLM
+    does not have, nothing is built: SG701 alone, and no route claims a built class."""
+    d = _variant(scenarios["s1"].path, tmp_path / "s1", lambda c: c.update(architectures=["MadeUpForCausalLM"]))
+    findings = lint([Resolver.open(d)]).findings
+    assert [f.code for f in findings] == ["SG701"]
+    assert "architectures" in str(findings[0].fix)
+    assert {r.vllm.method for r in Resolver.open(d).routes()} == {"not built"}
+
+
 def test_architecture_vllm_has_starts(scenarios, tmp_path):
     d = _variant(scenarios["s6"].path, tmp_path / "s6", lambda c: c.update(architectures=["DeepseekV3ForCausalLM"]))
     assert _sg701(d) == []

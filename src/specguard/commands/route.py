@@ -13,7 +13,6 @@ from specguard.commands.output import write_json
 from specguard.commands.sources import drafter_beside, open_path
 from specguard.engines.registry import installed as installed_engine
 from specguard.engines.registry import keys as engine_keys
-from specguard.engines.vllm.v0_33 import ENGINE
 from specguard.errors import UsageError
 from specguard.formats.scheme import Scheme
 from specguard.layouts.roles import role_label
@@ -150,7 +149,7 @@ def _short(sc: Scheme | None) -> str:
     return sc.short() if sc is not None else "—"
 
 
-def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = True, engine: str = ENGINE) -> None:
+def render(routes: list[Route], out: Console, *, title: str, show_ok: bool = True, engine: str) -> None:
     def key(rt: Route) -> tuple:
         vllm = rt.vllm.method if rt.vllm else "—"
         return (role_label(rt.role), _short(rt.stored), _short(rt.declared.scheme) if rt.declared else "—",

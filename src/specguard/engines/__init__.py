@@ -13,7 +13,7 @@ The one model today is ``engines.vllm.v0_33.Vllm033``; its ``ENGINE`` constant
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +21,9 @@ from specguard.formats.scheme import Scheme
 from specguard.formats.table import Module
 
 NOT_MODELLED = "unknown"  # EngineChoice.method where specguard has no model of what the engine builds
+NO_PLAN = "no plan"  # EngineChoice.method where no plan or family model says what is built
+# Which of an engine's models builds a module: the target, or the draft model of one method.
+TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,21 @@ class EngineModel(Protocol):
     """One engine version's routing for one target checkpoint (and its draft), under its config."""
 
     name: str  # the modelled engine and version, as messages print it ("vLLM 0.33")
+    platforms: tuple[str, ...]  # the platform classes that pick what it builds ("cuda", "rocm", "cpu")
+
+    # Name facts other stages ask the engine (they import no engine module). An engine
+    # without DeepSeek-V4.1's ``ignore`` reading answers None; without renames, the pattern.
+    def v41_ignore_name(self, prefix: str, num_hidden_layers: int) -> str | None:
+        """The name DeepSeek-V4.1's quant config matches its ``ignore`` list against for ``prefix``."""
+        ...
+
+    def exclusion_rename(self, pattern: str, *, v41: bool = False) -> str:
+        """An exclusion entry as the engine renames it before matching."""
+        ...
+
+    def gptq_dynamic_fix(self, dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
+        """A GPTQ ``dynamic`` map that builds exactly ``prefixes`` unquantized (None: none does)."""
+        ...
 
     def builds(self, runtime_prefix: str, *, kind: str, model: str | None = None) -> EngineChoice:
         """What the engine builds for the layer at ``runtime_prefix`` of module kind ``kind``
@@ -76,4 +94,5 @@ class EngineModel(Protocol):
         ...
 
 
-__all__ = ["NOT_MODELLED", "EngineChoice", "EngineModel", "Refusal"]
+__all__ = ["DSPARK_MODEL", "EAGLE_MODEL", "MTP_MODEL", "NOT_MODELLED", "NO_PLAN", "TARGET_MODEL", "EngineChoice",
+           "EngineModel", "Refusal"]

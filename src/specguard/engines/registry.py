@@ -25,6 +25,11 @@ class Engine:
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
 
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platform classes its model distinguishes (``fix --platform all``)."""
+        return tuple(getattr(self.model, "platforms", ()))
+
 
 def _vllm_033() -> Engine:
     from specguard.engines.vllm.v0_33 import ENGINE, Vllm033

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
+from types import ModuleType
 
-from specguard.engines.vllm.loader import FAILS, PROJECTIONS, SKIPPED, expert_load, expert_module_mapped, renamed
+from specguard.engines import Refusal
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.lint.context import LintContext, describe
@@ -25,27 +25,30 @@ def will_not_start(ctx: LintContext) -> Iterator[Finding]:
             yield SG701.finding(f"{res.vllm.name} will not start: it stops at {why.stage} with {why.raises}, because "
                 f"{why.because}{where}",
                 why.names,
-                "store the checkpoint in a format this engine loads (`specguard rule SG701`)",
+                _fix(why),
                 data={"stage": why.stage, "raises": why.raises},
             )
 
 
-# A name whose part after its first ``.experts`` is mapped whatever its parameter
-# (``expert_module_mapped``): ``<e>.<projection>`` with a decimal expert index.
-_MAPPED = re.compile(r"^(?:(?!\.experts).)*\.experts\.*\d+\.(?:"
-                     + "|".join(map(re.escape, sorted(PROJECTIONS))) + r")(?:\.|$)", re.M)
+def _fix(why: Refusal) -> str:
+    if "are not supported" in why.raises:  # the registry lookup: no storage change helps
+        return ("name an architecture this engine's registry has in config.json `architectures`, or serve "
+                "with an engine that has it (`specguard route --engine all`)")
+    return "store the checkpoint in a format this engine loads (`specguard rule SG701`)"
 
 
-def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
-    """(tensor name, its part after the layer's ``experts.``, is 3-D) of every routed-expert tensor."""
+def _expert_tensors(ctx: LintContext) -> Iterator[tuple[ModuleType, str, str, bool]]:
+    """(the engine's loader model, tensor name, its part after the layer's ``experts.``, is 3-D) of
+    every routed-expert tensor."""
     for res, rt in ctx.all_routes():
         if rt.kind != r.ROUTED_EXPERTS:
             continue
         # with a quant config, AutoWeightsLoader drops ``.g_idx`` before any layer sees it
         # (QuantizationConfig.get_checkpoint_weight_mapper)
         dropped = ("g_idx",) if res.declared_config.stack != "none" else ()
-        if len(_MAPPED.findall("\n".join(rt.checkpoint_names))) == len(rt.checkpoint_names):
-            continue  # every module named ``experts.<e>.<projection>``: one scan of the layer, not one per expert
+        loader = getattr(res.vllm, "loader", None)
+        if loader is None or loader.all_mapped(rt.checkpoint_names):
+            continue  # no model of this engine's expert loader, or every expert named as it maps them
         for module in rt.checkpoint_names:
             mod = res.table.modules.get(module)
             if mod is None or ".experts." not in f"{module}.":
@@ -55,7 +58,7 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
                 # gpt_oss.py GptOssForCausalLM.hf_to_vllm_mapper renames them onto w13_*/w2_*
                 continue
             below = module.split(".experts", 1)[1].lstrip(".")
-            if expert_module_mapped(below):
+            if loader.expert_module_mapped(below):
                 continue
             for param in mod.params:
                 if param in dropped:
@@ -63,7 +66,7 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[str, str, bool]]:
                 # param "": a tensor named by its module (a fused [E, ...] ``experts.down_proj``)
                 name = f"{module}.{param}" if param else module
                 t = res.checkpoint.tensors.get(name)
-                yield name, ".".join(x for x in (below, param) if x), t is not None and len(t.shape) == 3
+                yield loader, name, ".".join(x for x in (below, param) if x), t is not None and len(t.shape) == 3
 
 
 SG702 = rule("SG702", "tensors-no-engine-parameter-takes", ERROR,
@@ -75,18 +78,19 @@ SG702 = rule("SG702", "tensors-no-engine-parameter-takes", ERROR,
 def unmappable_names(ctx: LintContext) -> Iterator[Finding]:
     fails: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
-    for name, rest, is_3d in _expert_tensors(ctx):
-        got = expert_load(rest, is_3d)
-        if got is not None and got.outcome == FAILS:
+    loader = None
+    for loader, name, rest, is_3d in _expert_tensors(ctx):
+        got = loader.expert_load(rest, is_3d)
+        if got is not None and got.outcome == loader.FAILS:
             fails.append((name, got.parameter or ""))
-        elif got is not None and got.outcome == SKIPPED:
+        elif got is not None and got.outcome == loader.SKIPPED:
             skipped.append((name, ""))
-    if not fails and not skipped:
+    if loader is None or (not fails and not skipped):
         return
     names = tuple(n for n, _ in fails + skipped)
     example = next((n for n in names if n.endswith(("qweight", ".weight"))), names[0])
     head, _, rest = example.partition(".experts.")
-    fixed = f"{head}.experts.{renamed(rest) or rest}"
+    fixed = f"{head}.experts.{loader.renamed(rest) or rest}"
     parts = []
     if fails:
         parts.append(f"{ctx.engine_name} fails to start on {len(fails)} (RoutedExperts.load_weights: no parameter "

@@ -8,7 +8,6 @@ from dataclasses import replace
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
 from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
-from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import ROUTED_EXPERTS
@@ -29,7 +28,7 @@ def engine_names(r: Resolver, pat: Pattern, runtime: list[str]) -> list[str]:
     if pat.semantics != FNMATCHCASE:
         return runtime
     n = r.layout.num_hidden_layers
-    return [x for x in (v41_ignore_name(p, n) for p in runtime) if x is not None]
+    return [x for x in (r.vllm.v41_ignore_name(p, n) for p in runtime) if x is not None]
 
 
 def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
@@ -37,7 +36,7 @@ def _engine_spellings(r: Resolver, pat: Pattern) -> list[Pattern]:
     DeepSeek-V4 weights mapper first (``mtp.*`` -> ``model.mtp.*``)."""
     out = [pat]
     if pat.semantics in _VLLM and model_type_of(r.config) in DEEPSEEK_V4_TYPES:
-        renamed = deepseek_v4_rename(pat.text, v41=is_deepseek_v41(r.config))
+        renamed = r.vllm.exclusion_rename(pat.text, v41=is_deepseek_v41(r.config))
         if renamed != pat.text:
             out.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
     return out
@@ -51,7 +50,7 @@ SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
-        if not patterns:
+        if not patterns or _never_starts(r):
             continue
         modules = list(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per module
@@ -78,6 +77,12 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 if not hits:
                     continue
             yield _finding(ctx, r, pat, hits, checkpoint)
+
+
+def _never_starts(r: Resolver) -> bool:
+    """The engine refuses the architecture itself (SG701): it matches no pattern against anything."""
+    check = getattr(r.vllm, "unsupported_architecture", None)
+    return check is not None and check() is not None
 
 
 def _finding(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex) -> Finding:
@@ -129,7 +134,7 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
         candidates.append(([ConfigEdit(file, path, "splice", proposal, index)], intended,
                            "the entry then matches the runtime prefixes the engine tests"))
     elif intended:
-        names = sorted({x for x in (v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
+        names = sorted({x for x in (r.vllm.v41_ignore_name(p, r.layout.num_hidden_layers) for p in intended) if x})
         candidates.append(([ConfigEdit(file, path, "splice", names, index)], intended,
                            "the checkpoint-style expert names the V4.1 quant config matches"))
     candidates.append(([drop], [], "it excludes nothing"))

@@ -10,7 +10,6 @@ from typing import Protocol, TypeGuard
 from specguard.declared import DeclaredScheme
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, Fix
 from specguard.engines import EngineChoice
-from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
 from specguard.formats.specs import needs
@@ -208,7 +207,7 @@ def _gptq_over_plain(ctx: LintContext, res: Resolver, role: str, stored: str, bu
     (auto_gptq.py creates qweight/qzeros/scales/g_idx; fused_moe ``RoutedExperts``
     raises AttributeError for ``w2_weight``, ``AutoWeightsLoader`` ValueError for a linear)."""
     quantized = [rt.prefix for _, rt in ctx.all_routes() if rt.stored is not None and rt.stored.quantized]
-    fixed = gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
+    fixed = res.vllm.gptq_dynamic_fix(_gptq_dynamic(ctx), [rt.prefix for rt in routes], quantized)
     fix = planned(ctx, res, [rt.prefix for rt in routes], "the first-matching '-:' rules build them unquantized") or (
         "store these modules as the config declares them: a '-:' rule naming mtp would also build the "
         "drafter's quantized layers unquantized (qwen3_5_mtp.py)")

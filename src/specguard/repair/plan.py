@@ -19,7 +19,8 @@ from typing import Any
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.declared.edits import CONFIG_JSON, HF_QUANT_JSON, Applicability, ConfigEdit, Fix, apply_all
-from specguard.engines.vllm.v0_33 import PLATFORMS
+from specguard.engines.registry import DEFAULT as DEFAULT_ENGINE
+from specguard.engines.registry import engine as engine_of
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
 from specguard.resolve import OK, Resolver, Route
@@ -32,9 +33,9 @@ class Unrepairable(CheckpointError):
     """The checkpoint cannot be repaired from what it stores (exit 2, nothing written)."""
 
 
-def platforms_for(choice: str) -> tuple[str, ...]:
-    """``all`` -> every platform class vLLM 0.33 distinguishes (V4.1 on cuda/rocm, V4 on cpu)."""
-    return PLATFORMS if choice == ALL else (choice,)
+def platforms_for(choice: str, engine: str = DEFAULT_ENGINE) -> tuple[str, ...]:
+    """``all`` -> every platform class the engine distinguishes (vLLM: V4.1 on cuda/rocm, V4 on cpu)."""
+    return engine_of(engine).platforms if choice == ALL else (choice,)
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,11 @@ class Overlay:
     def rename_unmapped_experts(self, resolver: Resolver) -> None:
         """Routed-expert tensors named ``experts.{proj}.{e}`` (SG702): rewritten under
         ``experts.{e}.{proj}``, the per-expert names vLLM 0.33's loader maps."""
-        from specguard.engines.vllm.loader import MAPPED, expert_load, expert_module_mapped, renamed
         from specguard.layouts import roles as r
+
+        loader = getattr(resolver.vllm, "loader", None)
+        if loader is None:  # an engine with no model of its expert loader: nothing to rename by
+            return
 
         found: dict[str, str] = {}
         for rt in resolver.routes():
@@ -198,12 +202,12 @@ class Overlay:
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
-                if expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
+                if loader.expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
                     continue
                 for param in mod.params:
-                    got = expert_load(f"{below}.{param}")
-                    new = renamed(f"{below}.{param}")
-                    if got is not None and got.outcome != MAPPED and new is not None:
+                    got = loader.expert_load(f"{below}.{param}")
+                    new = loader.renamed(f"{below}.{param}")
+                    if got is not None and got.outcome != loader.MAPPED and new is not None:
                         found[f"{module}.{param}"] = f"{head}.experts.{new}"
         found = {k: v for k, v in found.items() if k not in self.rename}
         if not found:

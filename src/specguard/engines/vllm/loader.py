@@ -10,6 +10,8 @@ of the layer, else ``AttributeError``; a name no entry matches is skipped.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # (gate, up, down, fused gate_up) checkpoint names per convention
@@ -45,6 +47,16 @@ def expert_load(rest: str, is_3d: bool = False) -> ExpertLoad | None:
 
 
 PROJECTIONS = frozenset(name for names in CONVENTIONS for name in names)
+
+# A name whose part after its first ``.experts`` is mapped whatever its parameter
+# (``expert_module_mapped``): ``<e>.<projection>`` with a decimal expert index.
+_MAPPED_NAME = re.compile(r"^(?:(?!\.experts).)*\.experts\.*\d+\.(?:"
+                          + "|".join(map(re.escape, sorted(PROJECTIONS))) + r")(?:\.|$)", re.M)
+
+
+def all_mapped(names: Sequence[str]) -> bool:
+    """Every module named ``experts.<e>.<projection>``: one scan of a layer, not one per expert."""
+    return len(_MAPPED_NAME.findall("\n".join(names))) == len(names)
 
 
 def expert_module_mapped(below: str) -> bool:

@@ -67,8 +67,8 @@ from specguard.declared.patterns import (
 )
 from specguard.declared.quark import QuarkDeclared, quark_scheme
 from specguard.declared.torchao import TorchAODeclared
-from specguard.engines import EngineChoice
-from specguard.engines.vllm import gptq, startup
+from specguard.engines import DSPARK_MODEL, EAGLE_MODEL, MTP_MODEL, NO_PLAN, TARGET_MODEL, EngineChoice
+from specguard.engines.vllm import gptq, loader, startup
 from specguard.engines.vllm import int_group as ig
 from specguard.engines.vllm.inc import inc_builds
 from specguard.engines.vllm.startup import Refusal, not_modelled
@@ -82,9 +82,7 @@ from specguard.layouts.registry import DEEPSEEK_V4_TYPES, draft_kind_for, is_dee
 
 ENGINE = "vLLM 0.33"  # the modelled engine and version, as every message names it
 PLAN_ENGINE = "vllm-0.33"  # its key in engines/registry.py and plans/
-NO_PLAN = "no plan"  # EngineChoice.method where no plan or family model says what is built
 PLATFORMS = ("cuda", "rocm", "cpu")
-TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL = "target", "mtp", "dspark", "eagle"
 MODELS = (TARGET_MODEL, MTP_MODEL, DSPARK_MODEL, EAGLE_MODEL)
 
 V4_CLASS = "vllm.models.deepseek_v4.quant_config.DeepseekV4FP8Config"
@@ -171,6 +169,25 @@ class Vllm033:
     plan_engine = PLAN_ENGINE  # plans/<key>/ this version reads (a subclass for another version sets its own)
     # amd/mtp.py align_mtp_quant_config re-keys the MTP draft's ignore entries on ROCm (new in 0.33)
     realigns_mtp_on_rocm = True
+
+    # What the other stages ask of this engine, on the value: they import no engine module
+    # (tests/test_architecture.py), so another engine answers with its own facts.
+    platforms: tuple[str, ...] = PLATFORMS  # the platform classes that pick a quant-config class
+    v41_quant_configs = (V4_CLASS, V41_CLASS)  # DeepSeek-V4(.1)'s own quant configs
+    loader = loader  # routed-expert name mapping of the weight loader (engines/vllm/loader.py)
+
+    @staticmethod
+    def v41_ignore_name(prefix: str, num_hidden_layers: int) -> str | None:
+        return v41_ignore_name(prefix, num_hidden_layers)
+
+    @staticmethod
+    def exclusion_rename(pattern: str, *, v41: bool = False) -> str:
+        """An exclusion entry as the engine renames it before matching (DeepSeek-V4's mapper)."""
+        return deepseek_v4_rename(pattern, v41=v41)
+
+    @staticmethod
+    def gptq_dynamic_fix(dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
+        return gptq.gptq_dynamic_fix(dynamic, prefixes, quantized)
 
     def __init__(
         self,
@@ -269,6 +286,14 @@ class Vllm033:
         config names is in vLLM 0.33's registry (recorded: plans/vllm-0.33/_registry.json),
         nor served by its Transformers backend (``_try_resolve_transformers``: a class
         transformers exports, or remote code named in ``auto_map``)."""
+        if not self._looked_up:
+            self._unsupported, self._looked_up = self._unsupported_architecture(), True
+        return self._unsupported
+
+    _looked_up: bool = False  # per model: every route asks
+    _unsupported: Refusal | None = None
+
+    def _unsupported_architecture(self) -> Refusal | None:
         archs = self.config.get("architectures")
         known = plans.supported_architectures(self.plan_engine)
         if not isinstance(archs, list) or not archs or known is None or self.config.get("auto_map"):
@@ -373,6 +398,10 @@ class Vllm033:
         """What stands in for ``builds`` when the ``model`` does not build this stored
         module at all (None: it does). A module the engine model does not know is
         never assumed to be a quantized linear: no claim."""
+        refused = self.unsupported_architecture()
+        if refused is not None:  # the registry lookup fails before any layer is built
+            stops = f"{self.name} will not start: {refused.because}"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=stops), "not built", stops, None)
         model = model or self._model_of(prefix)
         why = self._foreign(prefix, model)
         if why is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specguard.engines.vllm.v0_33 import V4_CLASS, V41_CLASS
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Problem
@@ -22,7 +21,12 @@ def mxfp4_experts_built_nvfp4(p: Problem) -> bool:
     if not misrouted(p) or rt.stored is None or rt.vllm is None:
         return False
     return (rt.kind == r.ROUTED_EXPERTS and rt.stored.format == s.MXFP4
-            and rt.vllm.scheme.format == s.NVFP4 and rt.vllm.quant_config in (V4_CLASS, V41_CLASS))
+            and rt.vllm.scheme.format == s.NVFP4 and _v41_class(p))
+
+
+def _v41_class(p: Problem) -> bool:
+    """Built by DeepSeek-V4(.1)'s own quant config (the engine model names its classes)."""
+    return p.route.vllm is not None and p.route.vllm.quant_config in getattr(p.resolver.vllm, "v41_quant_configs", ())
 
 
 def stored_plain_built_quantized(p: Problem) -> bool:

@@ -15,7 +15,6 @@ import re
 from fnmatch import fnmatchcase
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Pattern
-from specguard.engines.vllm.v0_33 import deepseek_v4_rename, v41_ignore_name
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.repair.plan import Plan, Problem
 from specguard.resolve import Resolver
@@ -44,10 +43,10 @@ def _dead(r: Resolver, pat: Pattern) -> bool:
     runtime = sorted({p for m in r.table.modules for p in r.layout.runtime_prefixes(m)})
     if pat.semantics == FNMATCHCASE:
         n = r.layout.num_hidden_layers
-        runtime = [x for x in (v41_ignore_name(p, n) for p in runtime) if x is not None]
+        runtime = [x for x in (r.vllm.v41_ignore_name(p, n) for p in runtime) if x is not None]
     spellings = [pat]
     if pat.semantics in _VLLM and model_type_of(r.config) in DEEPSEEK_V4_TYPES:
-        renamed = deepseek_v4_rename(pat.text, v41=is_deepseek_v41(r.config))
+        renamed = r.vllm.exclusion_rename(pat.text, v41=is_deepseek_v41(r.config))
         spellings.append(Pattern(renamed, pat.semantics, pat.key, pat.effect, pat.group))
     return not any(q.matches(p) for q in spellings for p in runtime)
 

@@ -22,7 +22,6 @@ import re
 from specguard.declared import CT_MATCH, MODELOPT_EXCLUDE, Pattern
 from specguard.declared.edits import Applicability
 from specguard.declared.model import Semantics
-from specguard.engines.vllm.gptq import gptq_dynamic_fix
 from specguard.layouts import roles as r
 from specguard.repair.plan import Overlay, Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import by_module, settle, stored_plain_built_quantized
@@ -59,7 +58,7 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
     elif stack == "gptq":
         block, _, _ = overlay.quant_block()
         quantized = [rt.prefix for rt in resolver.routes() if rt.stored is not None and rt.stored.quantized]
-        fixed = gptq_dynamic_fix(dict(block.get("dynamic") or {}), prefixes, quantized)
+        fixed = resolver.vllm.gptq_dynamic_fix(dict(block.get("dynamic") or {}), prefixes, quantized)
         if fixed is None:
             raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                                f"no dynamic rule excludes only {', '.join(prefixes)}: a '-:' rule naming mtp "

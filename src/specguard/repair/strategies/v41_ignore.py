@@ -7,11 +7,8 @@ ModelOpt-style ``quantization_config.ignore`` by ``fnmatchcase``."""
 from __future__ import annotations
 
 from specguard.declared.edits import Applicability
-from specguard.engines.vllm.v0_33 import PLATFORMS, v41_ignore_name
 from specguard.repair.plan import Plan, Problem
 from specguard.repair.strategies.common import by_module, mxfp4_experts_built_nvfp4, num_hidden_layers, settle
-
-V41_PLATFORMS = tuple(p for p in PLATFORMS if p != "cpu")  # the platform classes vLLM gives the V4.1 class
 
 
 def apply(plan: Plan, problems: list[Problem]) -> None:
@@ -19,9 +16,14 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     for ps in groups.values():
         p = ps[0]
         n = num_hidden_layers(plan.overlays[0])  # model_config.hf_text_config: the target's
-        name = v41_ignore_name(p.route.prefix, n)
+        name = p.resolver.vllm.v41_ignore_name(p.route.prefix, n)
         if name is None:
             continue
         p.overlay.add_entries("ignore", [name], "V4.1 class (CUDA/ROCm) builds them MXFP4", [p.route.prefix],
-                              Applicability.PLATFORM, V41_PLATFORMS)
+                              Applicability.PLATFORM, _v41_platforms(p))
         settle(ps)
+
+
+def _v41_platforms(p: Problem) -> tuple[str, ...]:
+    """The platform classes vLLM gives the V4.1 class: all but cpu (the V4 class reads no ``ignore``)."""
+    return tuple(x for x in p.resolver.vllm.platforms if x != "cpu")
