@@ -62,11 +62,11 @@ if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
   wait_for chromium
 fi
-# Two workers, one per core (pytest-xdist); tests/conftest.py groups the tests by file and
-# starts the ones that wait on an engine subprocess first.
-step "pytest (2 workers)"
+# Not yet: `-n 2 --dist loadfile` (pytest-xdist; tests/conftest.py groups by file and starts
+# engine-subprocess units first) failed 6 tests in its first full run: find which before enabling.
+step "pytest"
 status=0
-.venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
+.venv/bin/python -m pytest -q "$@" || status=$?
 step "ruff"
 wait_for ruff
 step "mypy"
