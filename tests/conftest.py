@@ -40,3 +40,47 @@ def resolvers_for(info):
         return [Resolver.open(info.path, draft_method=method if method == "dspark" else None)]
     target = Resolver.open(info.path, own_draft=False)
     return [target, Resolver.open(info.drafter_path, draft_method=method, target=target)]
+
+
+# ---------------------------------------------------------------- parallel runs
+# scripts/test.sh runs the suite as `pytest -n 2 --dist loadfile` (pytest-xdist). One work
+# unit per test file, so a file's module fixtures are built once, in one worker; a whole
+# directory where its conftest's session fixtures are expensive (real vLLM configs). Units
+# whose tests mostly wait on an engine in a subprocess (a re-record, TP=2 ranks, the 0.32 and
+# SGLang overlays) go first, so they overlap the rest instead of ending the run alone; the
+# others follow, most tests first (xdist's own order). A new test file needs nothing here.
+WHOLE_DIRECTORY = ("tests/integrations/",)
+FIRST = ("tests/plans/test_recorded.py", "tests/integrations/", "tests/engines/test_sglang_recorded.py",
+         "tests/engines/test_engine_versions.py")
+
+
+def _unit(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((d for d in WHOLE_DIRECTORY if path.startswith(d)), path)
+
+
+def _rank(unit: str) -> int:
+    return next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), len(FIRST))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class EnginesFirst(LoadFileScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first assignment: the queue is complete, in xdist's order
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: _rank(unit[0]))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return EnginesFirst(config, log)
