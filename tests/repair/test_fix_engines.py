@@ -117,8 +117,13 @@ def test_fix_all_iterates_the_registry(scenarios, tmp_path: Path, capsys: pytest
     def other() -> registry.Engine:
         return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model)
 
-    monkeypatch.setitem(registry._FACTORIES, "vllm-0.32-copy", other)
+    # SGLang builds S1's *target* experts MXFP4 over NVFP4 bytes (Fp8Config.is_fp4_experts: one answer
+    # for every layer) and no config edit changes that: with it registered, `all` names it and writes nothing.
     out = tmp_path / "out"
+    assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 2
+    assert "SGLang 0.5.23" in capsys.readouterr().err and not out.exists()
+    monkeypatch.delitem(registry._FACTORIES, "sglang-0.5.23")
+    monkeypatch.setitem(registry._FACTORIES, "vllm-0.32-copy", other)
     assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 0
     assert "ok on vLLM 0.33 (cuda), vLLM 0.32 (cuda), vLLM 0.32 (copy) (cuda)" in capsys.readouterr().out
 
