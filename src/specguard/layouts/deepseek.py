@@ -164,18 +164,25 @@ class DeepseekV4Layout(Layout):
         f = fusions.deepseek_v4(rest)
         return self._placement(module, role, f.kind, f"{base}.{f.prefix}", f"{base}.mtp_block.{f.param}")
 
+    # SGLang's NextN spelling (``model.decoder.*``): the layer fusion and where the head's
+    # parameter lives are the engine's (layouts/sglang.py has its own)
+    _nextn_head_parameter: str | None = "lm_head"
+
+    def _nextn_fuse(self, rest: str) -> fusions.Fused:
+        return fusions.deepseek_v4(rest)
+
     def _place_sglang_mtp(self, module: str, i: int, rest: str) -> Placement:
         role = r.Role(r.DRAFT, r.MTP, self.num_hidden_layers + i, i)
         first = _first(rest)
         if first in _V4_MTP_SPEC:
             return self._placement(module, role, fusions.kind_of(rest), f"model.{rest}")
         if rest == "head":
-            return self._placement(module, role, r.HEAD_KIND, "model.shared_head.head", "lm_head")
+            return self._placement(module, role, r.HEAD_KIND, "model.shared_head.head", self._nextn_head_parameter)
         if rest == "norm":
             return self._placement(module, role, r.NORM, "model.shared_head.norm")
         if first == "emb":
             return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
-        f = fusions.deepseek_v4(rest)
+        f = self._nextn_fuse(rest)
         return self._placement(module, role, f.kind, f"model.decoder.{f.prefix}", f"model.decoder.{f.param}")
 
     def _place_dspark(self, module: str, i: int, rest: str) -> Placement:

@@ -32,7 +32,6 @@ from specguard.layouts import roles as r
 from specguard.layouts.base import SGLANG, Placement
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 
-_NEXTN_TOP = ("e_proj", "h_proj", "enorm", "hnorm", "hc_head_fn", "hc_head_base", "hc_head_scale")
 _STAGE0 = ("main_proj", "main_norm")  # DSparkV4StageMixin: stage 0 only
 _LAST_STAGE = ("norm", "hc_head_fn", "hc_head_base", "hc_head_scale")  # the last stage only
 _DSPARK_TOP = ("markov_head", "confidence_head")  # on the DSpark model itself, no root
@@ -116,21 +115,15 @@ class SglangDeepseekV4Layout(DeepseekV4Layout):
             role = role or r.Role(r.HEAD)
         return self._placement(module, role or r.Role(r.MAIN), kind, module)
 
+    _nextn_head_parameter = None  # SGLang's NextN head: its parameters at model.shared_head.head
+
+    def _nextn_fuse(self, rest: str) -> fusions.Fused:
+        return self._fuse(rest)
+
     def _place_draft(self, module: str, i: int, rest: str) -> Placement:
         if self.draft_kind == r.DSPARK:
             return self._place_stage(module, i, rest)
-        role = r.Role(r.DRAFT, r.MTP, self.num_hidden_layers + i, i)
-        first = rest.split(".", 1)[0]
-        if first in _NEXTN_TOP:
-            return self._placement(module, role, fusions.kind_of(rest), f"model.{rest}")
-        if rest == "head":
-            return self._placement(module, role, r.HEAD_KIND, "model.shared_head.head")
-        if rest == "norm":
-            return self._placement(module, role, r.NORM, "model.shared_head.norm")
-        if first == "emb":
-            return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
-        f = self._fuse(rest)
-        return self._placement(module, role, f.kind, f"model.decoder.{f.prefix}", f"model.decoder.{f.param}")
+        return self._place_sglang_mtp(module, i, rest)
 
     def _place_stage(self, module: str, i: int, rest: str) -> Placement:
         first = rest.split(".", 1)[0]
