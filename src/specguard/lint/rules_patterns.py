@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -80,8 +81,9 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 hits = [m for m in hits if r.layout.module_kind(m) == ROUTED_EXPERTS]
                 if not hits:
                     continue
-            if not _harmful(ctx, r, hits or _as_glob(pat, checkpoint)):
-                continue  # what it names loads as stored anyway: dead, but no wrong build to promise
+            meant = _written_for(r, pat, hits, checkpoint)
+            if not _harmful(ctx, r, meant):
+                continue  # what it names loads as stored anyway (or it names nothing stored): no wrong build
             yield _finding(ctx, r, pat, hits, checkpoint)
 
 
@@ -126,6 +128,33 @@ def _never_starts(r: Resolver) -> bool:
     """The engine refuses the architecture itself (SG701): it matches no pattern against anything."""
     check = getattr(r.vllm, "unsupported_architecture", None)
     return check is not None and check() is not None
+
+
+def _written_for(r: Resolver, pat: Pattern, hits: list[str], checkpoint: NameIndex) -> list[str]:
+    """The checkpoint modules the author meant: what the entry matches, else what it names read
+    as a glob, as a ``re:`` regex where its stack has none (FP8 ``ignored_layers``), or as a
+    ``.weight`` tensor's name; empty where it names no stored module under any reading."""
+    for found in (hits, _as_glob(pat, checkpoint), _as_regex(r, pat), _as_tensor(r, pat)):
+        if found:
+            return found
+    return []
+
+
+def _as_regex(r: Resolver, pat: Pattern) -> list[str]:
+    if pat.semantics == CT_MATCH or not pat.text.startswith("re:"):
+        return []
+    try:
+        rx = re.compile(pat.text[3:])
+    except re.error:
+        return []
+    return [m for m in r.table.modules if rx.match(m)]
+
+
+def _as_tensor(r: Resolver, pat: Pattern) -> list[str]:
+    """A ``.weight`` entry means its module; a bias or scale entry means a tensor no quant
+    config quantizes (GLM-4.5-Air-FP8 lists q/k/v biases): it names no module to harm."""
+    module, _, param = pat.text.rpartition(".")
+    return [module] if param == "weight" and module in r.table.modules else []
 
 
 def _as_glob(pat: Pattern, checkpoint: NameIndex) -> list[str]:
