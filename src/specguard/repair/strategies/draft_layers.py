@@ -5,6 +5,7 @@ start-up instead of drafting noise."""
 
 from __future__ import annotations
 
+from specguard.layouts.base import alike
 from specguard.layouts.registry import text_config
 from specguard.repair.plan import Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import settle
@@ -22,11 +23,15 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
               and p.route.role.is_draft]
     if not absent:
         return
+    stored_of: dict[int, list[int]] = {}
     for p in absent:
         cfg = text_config(p.overlay.config)
         layout = p.resolver.layout
-        roles = [layout.role(m) for m in p.resolver.table.modules]
-        stored = sorted({role.layer for role in roles if role.is_draft and role.layer is not None})
+        if id(p.resolver) not in stored_of:
+            # experts of a layer share its role: one question per projection, not per expert
+            roles = [layout.role(m) for m in dict.fromkeys(map(alike, p.resolver.table.modules))]
+            stored_of[id(p.resolver)] = sorted({x.layer for x in roles if x.is_draft and x.layer is not None})
+        stored = stored_of[id(p.resolver)]
         if stored != list(layout.draft_layers[: len(stored)]) or "num_nextn_predict_layers" not in cfg \
                 or "dspark_target_layer_ids" in cfg:
             raise Unrepairable(p.where, f"{p.route.reason}; fix only lowers num_nextn_predict_layers of an "
