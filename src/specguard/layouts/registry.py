@@ -92,7 +92,9 @@ def layout_for(
         n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
-        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine)
+        plan = (plans.plan_for_config(target_config, drafter=config)
+                if target_config is not None and engine == VLLM else None)
+        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine, plan=plan)
     n = _int(cfg, "num_hidden_layers")
     if n is None:
         raise LayoutError("config has no integer num_hidden_layers")
@@ -113,7 +115,7 @@ def layout_for(
             n, nextn, r.MTP, engine=engine, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha
         )
     if model_type in QWEN3_5_TYPES:
-        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine)
+        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
 
 

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -71,6 +71,29 @@ def instantiate(template: str, like: str) -> str:
     return _PLACEHOLDER.sub(lambda m: next(numbers, m.group(0)), template)
 
 
+_LITERAL_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def fill(template: str, values: Mapping[str, int]) -> str | None:
+    """``template`` with its ``{L}``/``{D}``/``{d}`` set from ``values``; None where one is unknown."""
+    try:
+        return _PLACEHOLDER.sub(lambda m: str(values[m.group(0)[1]]), template)
+    except KeyError:
+        return None
+
+
+def layer_values(template: str, concrete: str, start: int) -> dict[str, int]:
+    """The layer placeholders of ``template`` read off ``concrete`` (the same shape), with
+    ``D = start + d`` completed both ways (``start``: the first draft layer's runtime index)."""
+    names = [m.group(0)[1] for m in _PLACEHOLDER.finditer(template)]
+    values = dict(zip(names, map(int, _NUMBERS.findall(concrete)), strict=False))
+    if "d" in values:
+        values.setdefault("D", start + values["d"])
+    if "D" in values:
+        values.setdefault("d", values["D"] - start)
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleRow:
     """One module the engine builds: its parameter path, layer class, and the prefix the
@@ -87,6 +110,20 @@ class ModuleRow:
     @property
     def asks_quant_config(self) -> bool:
         return self.quant_prefix is not None
+
+    def at(self, prefix: str, start: int) -> tuple[str | None, str | None]:
+        """This row for the real layer ``prefix`` names (a quant prefix or a parameter path
+        of this row's shape): its quant prefix (None: never asked) and its parameter path
+        (None where the recorded path holds a layer number no template stands for: MiMo's
+        ``model.mtp_layers.4``)."""
+        like = self.quant_prefix if self.quant_prefix is not None and shape(self.quant_prefix) == shape(prefix) \
+            else self.path
+        values = layer_values(like, prefix, start)
+        quant = fill(self.quant_prefix, values) if self.quant_prefix is not None else None
+        path = fill(self.path, values)
+        if path is not None and _LITERAL_INDEX.search(_PLACEHOLDER.sub("", self.path)):
+            path = None
+        return quant, path
 
 
 @dataclass(frozen=True)
@@ -126,6 +163,15 @@ class Side:
     def mapper(self) -> Mapping[str, Any]:
         """The model's ``hf_to_vllm_mapper`` (prefix / substr / suffix / regex / stacked tables)."""
         return self.loader.get("mapper") or {}
+
+    @cached_property
+    def shard_renames(self) -> tuple[tuple[str, str], ...]:
+        """(shard, fused) substrings the loader renames a checkpoint name by: its
+        ``load_weights``' ``stacked_params_mapping`` and the mapper's ``stacked`` table
+        (``.q_proj`` -> ``.qkv_proj``; DeepSeek-V2-style ``q_a_proj`` -> ``fused_qkv_a_proj``)."""
+        out = {(str(shard), str(fused)): None for fused, shard, *_ in self.loader.get("stacked") or ()}
+        out.update({(str(shard), str(v[0])): None for shard, v in (self.mapper.get("stacked") or {}).items()})
+        return tuple(out)
 
     def layer_renames(self) -> tuple[tuple[str, str], ...]:
         """The mapper's substring/prefix renames that put a checkpoint name under a draft
@@ -255,8 +301,10 @@ __all__ = [
     "ModuleRow",
     "Plan",
     "Side",
+    "fill",
     "instantiate",
     "layer_class_kind",
+    "layer_values",
     "plan",
     "plan_for_config",
     "recorded",

@@ -557,6 +557,11 @@ class Vllm033:
         side = self._plan_side(model)
         if side is not None:
             return side.packed_modules_mapping
+        if model == DSPARK_MODEL and self.layout.family == "deepseek_v4":
+            # No DeepSeek-V4(.1) DSpark class (nvidia/, amd/, xpu/ dspark.py) declares one, nor is
+            # SupportsQuant: configure_quant_config leaves the fresh draft config's {} (the CUDA
+            # plan, DeepseekV4ForCausalLM+DSparkDraftModel.json, records none either)
+            return {}
         if self.v41 and model != DSPARK_MODEL:
             return {}  # the VL wrapper class declares no packed_modules_mapping
         if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
