@@ -240,16 +240,18 @@ class Layout:
         side = self._plan_side(p.role)
         if side is None:
             return p
-        concrete, row = p.runtime_prefix, side.by_quant_prefix(p.runtime_prefix)
+        concrete, row, by_path = p.runtime_prefix, side.by_quant_prefix(p.runtime_prefix), False
         if row is None:  # the parameter path's layer numbers are the draft's own ({d}), not runtime ones
-            concrete, row = p.parameter_prefix, side.by_path(p.parameter_prefix)
+            concrete, row, by_path = p.parameter_prefix, side.by_path(p.parameter_prefix), True
         if row is None:  # a shard the hand-written fusions leave alone: the loader's own renames
             concrete, row = _fused_row(side, p.parameter_prefix)
         if row is None:
             return p
-        asked, path = row.at(concrete, self.num_hidden_layers)
+        asked, path = row.at(concrete, self.num_hidden_layers, path=by_path)
         quant = asked or p.runtime_prefix  # never asked: specguard's own name for it stays
         kind = p.kind if row.kind == r.OTHER else row.kind
+        if quant == p.runtime_prefix and kind == p.kind and path in (None, p.parameter_prefix):
+            return p  # the hand-written naming already says what the plan records
         extra = tuple(x for x in p.runtime_prefixes if x not in (p.runtime_prefix, quant))
         return self._placement(p.checkpoint_name, p.role, kind, quant, path or p.parameter_prefix, extra)
 

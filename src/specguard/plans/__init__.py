@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -55,6 +55,7 @@ def layer_class_kind(name: str) -> LayerClass:
     return LayerClass.OTHER
 
 
+@lru_cache(maxsize=1 << 16)  # routing asks about each prefix from the layout and the engine model
 def shape(name: str) -> str:
     """A prefix with every layer index (or template) as ``#``: the key plans are looked up by."""
     return _INDEX.sub(r"\1#", name)
@@ -94,6 +95,12 @@ def layer_values(template: str, concrete: str, start: int) -> dict[str, int]:
     return values
 
 
+@lru_cache(maxsize=4096)
+def _literal_index(template: str) -> bool:
+    """Whether a recorded path holds a layer number no placeholder stands for."""
+    return _LITERAL_INDEX.search(_PLACEHOLDER.sub("", template)) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleRow:
     """One module the engine builds: its parameter path, layer class, and the prefix the
@@ -111,19 +118,18 @@ class ModuleRow:
     def asks_quant_config(self) -> bool:
         return self.quant_prefix is not None
 
-    def at(self, prefix: str, start: int) -> tuple[str | None, str | None]:
-        """This row for the real layer ``prefix`` names (a quant prefix or a parameter path
-        of this row's shape): its quant prefix (None: never asked) and its parameter path
+    def at(self, prefix: str, start: int, *, path: bool = False) -> tuple[str | None, str | None]:
+        """This row for the real layer ``prefix`` names (its quant prefix, or with ``path``
+        its parameter path): its quant prefix (None: never asked) and its parameter path
         (None where the recorded path holds a layer number no template stands for: MiMo's
         ``model.mtp_layers.4``)."""
-        like = self.quant_prefix if self.quant_prefix is not None and shape(self.quant_prefix) == shape(prefix) \
-            else self.path
+        like = self.path if path or self.quant_prefix is None else self.quant_prefix
         values = layer_values(like, prefix, start)
         quant = fill(self.quant_prefix, values) if self.quant_prefix is not None else None
-        path = fill(self.path, values)
-        if path is not None and _LITERAL_INDEX.search(_PLACEHOLDER.sub("", self.path)):
-            path = None
-        return quant, path
+        where = fill(self.path, values)
+        if where is not None and _literal_index(self.path):
+            where = None
+        return quant, where
 
 
 @dataclass(frozen=True)
