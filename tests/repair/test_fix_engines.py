@@ -118,7 +118,8 @@ def test_fix_all_iterates_the_registry(scenarios, tmp_path: Path, capsys: pytest
         return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model)
 
     # SGLang builds S1's *target* experts MXFP4 over NVFP4 bytes (Fp8Config.is_fp4_experts: one answer
-    # for every layer) and no config edit changes that: with it registered, `all` names it and writes nothing.
+    # for every layer); its hybrid form repairs that, but then builds the draft's experts MXFP4, which
+    # vLLM's repair re-encodes BF16: no one repair serves both, so `all` names SGLang and writes nothing.
     out = tmp_path / "out"
     assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 2
     assert "SGLang 0.5.23" in capsys.readouterr().err and not out.exists()
