@@ -14,8 +14,8 @@ times it).
 from __future__ import annotations
 
 import argparse
-from contextlib import AbstractContextManager, nullcontext
 import sys
+from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
 from specguard.errors import SpecguardError, UsageError

@@ -230,7 +230,7 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
                 f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
                 else "no module changes)")
             return Fix(text, tuple(edits), Applicability.DISPLAY, targets=tuple(targets))
-    if draft:
+    if draft and ctx.has_plugin:
         return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer")
     return None
 

@@ -150,6 +150,17 @@ class Sglang0523:
 
     # -- the EngineModel protocol -------------------------------------------------
 
+    def plain_draft_fix(self, stored: str) -> str | None:
+        """SG204's fix where SGLang builds the draft without a quant config whatever the config
+        declares (None: the config decides, its usual fix applies)."""
+        if self.draft_quantization == "unquant" and self.quant_class is not None:
+            return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
+                    "takes the checkpoint's quant config), or store them unquantized")
+        if self._draft_quant() is None and self.quant_class is not None:
+            return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
+                    "draft without a quant config whatever the config declares (glm4_moe_nextn.py)")
+        return None
+
     def unmodelled(self) -> str | None:
         """Why this model restates nothing of SGLang's build for the checkpoint (None: it does)."""
         return self._why_unknown
@@ -262,7 +273,7 @@ class Sglang0523:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
         if self.quant_class is not None:
-            return " for the draft (glm4_moe_nextn.py: quant_config=None under modelopt_fp4)"
+            return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
         return ""
 
     def _draft_quant_is(self, name: str) -> bool:
