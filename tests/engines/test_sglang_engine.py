@@ -24,7 +24,12 @@ from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
 from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
-RECORD = json.loads((overlays.ROOT / "src/specguard/plans/sglang-0.5.23/deepseek_v4.json").read_text())["cases"]
+PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
+RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json")
+          for name, case in json.loads((PLANS / file).read_text())["cases"].items()}
+# Read, not run (docs/engines.md): glm4_moe_nextn.py builds the GLM NextN draft with quant_config=None
+# when the loader's quant config is modelopt_fp4 (the model class needs CUDA kernels to construct).
+GLM_DRAFT_DROPS = MODELOPT
 HYBRID = "sglang.srt.layers.quantization.modelopt_quant.HybridFp8NvFp4Config"
 MODELOPT = "sglang.srt.layers.quantization.modelopt_quant.ModelOptFp4Config"
 
@@ -61,10 +66,12 @@ def test_engine_model_agrees_with_sglangs_own_decisions(cases: dict[str, Path], 
 
 def _sglang_expert_format(case: str, prefix: str) -> str:
     """What SGLang builds for a routed-experts prefix, from the record alone (the rules of
-    docs/engines.md: Fp8Config / HybridFp8NvFp4Config / ModelOptFp4Config)."""
+    docs/engines.md: Fp8Config / HybridFp8NvFp4Config / ModelOptFp4Config), and GLM's NextN drop."""
     facts = RECORD[case]["target"]
     qc = facts["quant_config"]
-    if qc["class"] is None:
+    glm_draft = RECORD[case]["draft"]["architecture"] == "Glm4MoeForCausalLMNextN" and prefix.startswith(
+        "model.decoder.")
+    if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
     hit = qc["prefixes"][prefix]
     if qc["class"] == MODELOPT:

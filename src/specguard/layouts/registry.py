@@ -100,7 +100,10 @@ def layout_for(
     if model_type in DEEPSEEK_V4_TYPES:
         return _deepseek_v4(cfg, config, n, kind, engine)
     nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
-    plan = plans.plan_for_config(config) if engine == VLLM else None
+    # vLLM's recorded plan places the draft's checkpoint names; under an engine with no layout of
+    # its own for the family (SGLang's ERNIE, Qwen3-Next, ...) it still says which names are draft
+    # and how many draft layers the config means (every SGLang verdict there is unknown, SG205)
+    plan = plans.plan_for_config(config)
     if nextn is None and plan is not None:
         # the count as the engine reads it where the config has no key (Qwen3-Next:
         # ``getattr(config, "num_nextn_predict_layers", 1)``), recorded in its plan

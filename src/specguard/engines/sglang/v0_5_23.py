@@ -28,6 +28,8 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   stacks), DeepSeek-V3 NextN's ``eh_proj`` (deepseek_nextn.py: a plain ``nn.Linear`` but
   under Quark). A NextN draft's embedding and head are the target's
   (speculative/eagle_worker_v2.py ``set_embed_and_head``): not built from the draft's bytes.
+  DSpark's ``confidence_head.proj`` and ``markov_head.markov_w{1,2}`` (dspark.py
+  ``DSparkConfidenceHead``, ``DSparkMarkovHead``) are plain ``nn.Linear``/``nn.Embedding``.
 - DeepSeek-V4 ``wo_a`` (deepseek_v4.py ``wo_a_fp8_gemm_enabled``): FP8 through its own GEMM
   under ``Fp8Config`` with 128x128 blocks, "any other layout dequantizes wo_a to bf16 at load".
 
@@ -96,7 +98,9 @@ class Sglang0523:
         self.config = config
         self.text = text_config(config)
         self.platform = platform
-        self.layout: Layout = layout_for(config, draft_method=draft_method, engine=SGLANG)
+        # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
+        self.layout: Layout = layout_for(config, draft_method=None if draft_config is not None else draft_method,
+                                         engine=SGLANG)
         self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
         self.draft_quantization = draft_quantization
         quant = config.get("quantization_config") or self.text.get("quantization_config")
@@ -185,6 +189,8 @@ class Sglang0523:
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         if prefix.endswith(_NO_QUANT_CONFIG) or ".self_attn.compressor." in prefix:
             return True
+        if prefix.startswith(("confidence_head.", "markov_head.")):
+            return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
