@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 published copies), recorded from its own code (engines/sglang/recorder.py),
+"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 published copies),
+recorded from its own code (engines/sglang/recorder.py),
 equal what the installed SGLang decides now: one SGLang start, in a fresh process under its
 overlay (docs/engines.md), over the same factory cases. Re-record with scripts/record_sglang.py."""
 
