@@ -93,7 +93,9 @@ def layout_for(
         n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
-        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine)
+        plan = (plans.plan_for_config(target_config, drafter=config)
+                if target_config is not None and engine == VLLM else None)
+        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine, plan=plan)
     n = _int(cfg, "num_hidden_layers")
     if n is None:
         raise LayoutError("config has no integer num_hidden_layers")
@@ -119,7 +121,7 @@ def layout_for(
     if model_type in GLM4_MOE_TYPES and engine == SGLANG:
         return SglangGlm4MoeLayout(n, nextn)
     if model_type in QWEN3_5_TYPES:
-        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine)
+        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
 
 
