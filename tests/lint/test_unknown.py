@@ -102,3 +102,22 @@ def test_help_documents_exit_3(command, capsys):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "3 could not vouch" in text and "SG205" in text
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "vllm-0.32", "sglang-0.5.23"])
+@pytest.mark.parametrize("architecture", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
+def test_sg205_names_its_engine_once(tmp_path, engine, architecture):
+    """A cause that already names its engine ("no build plan ... for vLLM 0.33") is not prefixed
+    with it a second time; one that does not ("specguard does not model ...") is."""
+    from specguard.engines.registry import engine as engine_of
+
+    d = _relabelled(tmp_path, UNMODELLED["fbgemm_fp8"])
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["architectures"] = [architecture]
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = Resolver(Resolver.open(d).checkpoint, engine=engine)
+    found = [f for f in lint([r]).findings if f.code == "SG205"]
+    assert found
+    name = engine_of(engine).name
+    for f in found:
+        assert f.message.count(name) == 1, f.message

@@ -309,8 +309,9 @@ def build_unknown(ctx: LintContext) -> Iterator[Finding]:
         if rt.verdict == UNKNOWN and rt.vllm is not None:
             causes[(res.vllm.name, rt.vllm.reason)].append(rt)
     for (engine, cause), routes in causes.items():
+        said = cause if engine in cause else f"{engine}: {cause}"  # causes mostly name their engine already
         yield SG205.finding(
-            f"{engine}: {cause}; {len(routes)} module(s) not vouched for: {describe(rt.prefix for rt in routes)}",
+            f"{said}; {len(routes)} module(s) not vouched for: {describe(rt.prefix for rt in routes)}",
             _names(routes),
             "check these modules' load another way (LoadGuard: `specguard rule SG205`), or store them with a "
             "stack specguard models (`specguard rule SG205` lists them)",
