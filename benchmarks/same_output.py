@@ -59,7 +59,7 @@ def checkpoints() -> dict[str, list[str]]:
     for p in sorted((ROOT / "tests" / "data" / "producers").iterdir()):
         if any(p.glob("*.safetensors")):
             out[f"producer-{p.name}"] = [str(p)]
-    for name in ("deepseek-r1-nvfp4", "v3-100000-61"):
+    for name in ("deepseek-r1-nvfp4", "v3-100000-61", "v4-100000-64"):
         if (BENCH / name / ".complete").exists() or (BENCH / name / "config.json").exists():
             out[f"bench-{name}"] = [str(BENCH / name)]
     return out
