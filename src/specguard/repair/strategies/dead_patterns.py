@@ -68,9 +68,14 @@ class _Names:
     def checkpoint(self) -> NameIndex:  # asked only for entries dead at run time
         return NameIndex(self.r.table.modules)
 
+    @functools.cached_property
+    def _multiline(self) -> list[str]:
+        return [m for m in self.r.table.modules if "\n" in m]
+
     def hits(self, pat: Pattern) -> set[str]:
         """The checkpoint modules the entry was written for (as a glob where vLLM's matching finds none)."""
         hits = set(self.checkpoint.matching(pat))
-        if not hits and pat.semantics in _VLLM:
-            hits = {m for m in self.r.table.modules if fnmatchcase(m, pat.text)}
+        if not hits and pat.semantics in _VLLM:  # the glob as one scan (the index leaves out names with a newline)
+            glob = Pattern(pat.text, FNMATCHCASE, pat.key, pat.effect, pat.group)
+            hits = set(self.checkpoint.matching(glob)) | {m for m in self._multiline if fnmatchcase(m, pat.text)}
         return hits
