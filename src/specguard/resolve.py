@@ -142,13 +142,19 @@ class Resolver:
             self._vllm_model = EAGLE_MODEL if draft_method and "eagle" in draft_method else DSPARK_MODEL
         self._groups: dict[str, list[str]]
         self._alias: dict[str, str]
+        self._keys: list[str]  # each module's ``alike`` name, once
         # what a config cannot change, shared with ``with_configs``: by prefix its modules and the
         # tensors they lack, by (prefix, claim, stack) its stored scheme, the draft layers stored
         self._grouped: dict[object, Any]
         if _like is not None and _same_layout(_like.layout, self.layout):
             # a proposed fix (``with_configs``): same modules, same placements; lint re-routes each fix
             self.layout, self._groups, self._alias = _like.layout, _like._groups, _like._alias
-            self._grouped = _like._grouped  # same modules behind each prefix: same storage
+            self._keys, self._grouped = _like._keys, _like._grouped  # same modules behind each prefix
+        elif _like is not None and _places_alike(_like, self.layout):
+            # a fix that changes only how many draft layers the config promises (SG301's, SG302's): the
+            # stored modules are placed as before, the new layout says what the config now promises
+            self._groups, self._alias, self._keys = _like._groups, _like._alias, _like._keys
+            self._grouped = _like._grouped
         else:
             self._group()
             self._grouped = {}
@@ -158,12 +164,16 @@ class Resolver:
 
     def _group(self) -> None:
         """Modules by canonical runtime prefix, and every spelling's canonical prefix."""
-        self._groups = self.layout.group_by_runtime_prefix(self.table.modules)
+        groups = self.layout.group_by_runtime_prefix(self.table.modules)
+        # experts of a layer share their placement: each module's ``alike`` name, once
+        keys = {prefix: list(dict.fromkeys(map(alike, names))) for prefix, names in groups.items()}
+        self._keys = [k for ks in keys.values() for k in ks]  # every module's, dropped ones too
         if not self.own_draft:  # stored, never loaded: not part of what this serve builds
-            self._groups = {p: ns for p, ns in self._groups.items() if not self.layout.role(ns[0]).is_draft}
+            groups = {p: ns for p, ns in groups.items() if not self.layout.role(ns[0]).is_draft}
+        self._groups = groups
         self._alias = {}
-        for prefix, names in self._groups.items():
-            for key in dict.fromkeys(map(alike, names)):  # experts of a layer share their spellings
+        for prefix in groups:
+            for key in keys[prefix]:
                 for p in self.layout.runtime_prefixes(key):
                     self._alias.setdefault(p, prefix)
 
@@ -419,6 +429,17 @@ def _same_layout(a: Layout, b: Layout) -> bool:
     def settings(x: Layout) -> dict:
         return {k: v for k, v in vars(x).items() if k != "_cache"}
     return type(a) is type(b) and settings(a) == settings(b)
+
+
+def _places_alike(like: Resolver, layout: Layout) -> bool:
+    """``layout`` differs from ``like``'s only in its draft layer count, and places every module
+    ``like`` stores as it does (same role, kind, runtime prefixes): its grouping holds as it is."""
+    def settings(x: Layout) -> dict:
+        return {k: v for k, v in vars(x).items() if k not in ("_cache", "num_draft_layers")}
+    old = like.layout
+    if type(old) is not type(layout) or settings(old) != settings(layout):
+        return False
+    return all(layout.place(k) == old.place(k) and layout.role(k) == old.role(k) for k in like._keys)
 
 
 class _TensorDtypes(Mapping[str, str]):

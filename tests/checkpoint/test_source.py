@@ -62,6 +62,30 @@ def test_bytes_read_never_exceeds_the_tensor_data(tmp_path):
     assert ckpt.bytes_read[0] == ckpt.total_bytes == 36
 
 
+def test_shard_sections_from_the_headers_are_the_tensors_spans(tmp_path):
+    """Lint counts pages inside each shard's tensor data: the reader gives each shard's section
+    from its header (the tensors tile it), the same as the tensors' own first and last bytes."""
+    from dataclasses import replace
+
+    save_file({"a.weight": np.zeros(300, np.float32), "b.weight": np.ones(5000, np.float32)},
+              tmp_path / "model-1.safetensors")
+    save_file({"c.weight": np.zeros(7, np.float16)}, tmp_path / "model-2.safetensors")
+    save_index({"a.weight": "model-1.safetensors", "b.weight": "model-1.safetensors",
+                "c.weight": "model-2.safetensors"}, tmp_path, 300 * 4 + 5000 * 4 + 7 * 2)
+    ckpt = open_checkpoint(tmp_path)
+    spans = {f: (min(t.offsets[0] for t in ckpt.tensors.values() if t.file == f),
+                 max(t.offsets[1] for t in ckpt.tensors.values() if t.file == f)) for f in ckpt.files}
+    assert dict(ckpt.sections) == spans
+    found = replace(ckpt, sections=None)  # (a file the index never names: from the tensors)
+    ids, lo, hi = found._sections
+    assert {f: (int(lo[i]), int(hi[i])) for f, i in ids.items()} == spans
+    assert found.total_bytes == ckpt.total_bytes == 300 * 4 + 5000 * 4 + 7 * 2
+    # one range charged page by page in ints (SG402) counts what the array path counts
+    ckpt.read_bytes_range("b.weight", 6000)
+    found.read_ranges(["model-1.safetensors"], np.array([ckpt.tensors["b.weight"].offsets[0]]), np.array([6000]))
+    assert ckpt.bytes_read[0] == found.bytes_read[0] > 6000
+
+
 def _index(root, weight_map):
     (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
 

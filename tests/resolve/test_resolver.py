@@ -113,3 +113,20 @@ def test_a_layer_the_model_has_but_the_disk_lacks_is_missing(scenarios):
     (r,) = resolvers_for(scenarios["s7"])
     n = r.layout.num_hidden_layers
     assert r.route(f"model.layers.{n}.ffn.experts").verdict == MISSING
+
+
+@pytest.mark.parametrize("name", ["s1", "s1-dspark", "s3"])
+def test_a_fix_that_changes_the_draft_count_routes_as_a_fresh_resolver(scenarios, name):
+    """SG301/SG302's fixes set the draft layer count: lint re-routes them on the grouping it has
+    (every stored module is placed as before), and the routes are a fresh Resolver's."""
+    from dataclasses import replace
+
+    (r,) = resolvers_for(scenarios[name])
+    cfg = dict(r.checkpoint.config)
+    for count in (0, cfg["num_nextn_predict_layers"] + 1):
+        edited = {**cfg, "num_nextn_predict_layers": count}
+        rerouted = r.with_configs(edited, r.checkpoint.hf_quant_config)
+        fresh = Resolver(replace(r.checkpoint, config=edited), table=r.table)
+        assert rerouted._groups is r._groups  # the grouping is reused, not rebuilt
+        assert list(rerouted.layout.draft_layers) == list(fresh.layout.draft_layers)
+        assert rerouted.routes() == fresh.routes()

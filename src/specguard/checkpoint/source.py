@@ -96,7 +96,7 @@ def _read_local(path: Path, name: str, progress: Progress | None, follow_links: 
         header = _header(path.parent, path.name)
         # the config beside a single file still says what the engine builds from it
         return Checkpoint(name, path.parent, (path.name,), header.tensors, _json_file(path.parent, CONFIG),
-                          _json_file(path.parent, HF_QUANT_CONFIG))
+                          _json_file(path.parent, HF_QUANT_CONFIG), sections=_sections([header]))
     root = path
     files, weight_map, meta = _shard_list(root, follow_links)
     headers: list[FileHeader] = []
@@ -117,11 +117,19 @@ def _read_local(path: Path, name: str, progress: Progress | None, follow_links: 
         files = [*files, *unreferenced]
         for f in unreferenced:
             outside += _outside_index(_header(root, f), tensors)
+    # a file the index never names holds only the tensors no indexed shard has: its section is theirs
+    sections = None if outside else _sections(headers)
     return Checkpoint(
         name, root, tuple(files), tensors, _json_file(root, CONFIG),
         _json_file(root, HF_QUANT_CONFIG), index=index, unindexed=unindexed or (),
-        unreferenced=unreferenced or (), outside_index=tuple(outside),
+        unreferenced=unreferenced or (), outside_index=tuple(outside), sections=sections,
     )
+
+
+def _sections(headers: list[FileHeader]) -> dict[str, tuple[int, int]]:
+    """Where each shard's tensor bytes begin and end: a validated header's tensors tile its
+    data section from its start to the end of the file (header.py), so no tensor need be asked."""
+    return {h.file: (h.data_start, h.size) for h in headers if h.tensors}
 
 
 def _whole_checkpoint_beside(path: Path, name: str) -> None:

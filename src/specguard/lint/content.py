@@ -106,6 +106,10 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
     gathered = buf[byte_at][:, None] if k == 1 else buf[byte_at[:, None] + np.arange(k)]  # (total, k) bytes
     codes = gathered[:, 0] if k == 1 else None
-    values = gathered.reshape(-1).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
+    if codes is not None:  # 8-bit: each code's float32 from a 256-entry table (the same conversion, once per code)
+        values = (np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8)
+                  .astype(np.float32)[codes])
+    else:
+        values = gathered.reshape(-1).view(np_dtype).astype(np.float32)
     keep = counts > 0
     return ScaleColumn(dtype, values, codes, np.repeat(idx, counts), first[keep], idx[keep])

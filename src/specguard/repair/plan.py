@@ -218,6 +218,7 @@ class Overlay:
             return
 
         found: dict[str, str] = {}
+        mapped: dict[str, bool] = {}  # by ``{e}.{proj}``: the same few hundred in every layer
         for rt in resolver.routes():
             if rt.kind != r.ROUTED_EXPERTS:
                 continue
@@ -226,7 +227,10 @@ class Overlay:
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
-                if loader.expert_module_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
+                hit = mapped.get(below)
+                if hit is None:
+                    hit = mapped[below] = loader.expert_module_mapped(below)
+                if hit:  # ``{e}.{proj}``: mapped whatever its parameters
                     continue
                 for param in mod.params:
                     got = loader.expert_load(f"{below}.{param}")

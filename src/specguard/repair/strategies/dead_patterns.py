@@ -11,6 +11,7 @@ it rebuilds from them.
 
 from __future__ import annotations
 
+import functools
 import re
 from fnmatch import fnmatchcase
 
@@ -33,11 +34,11 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
             resolver.setdefault(id(p.overlay), p.resolver)
     for ov in plan.overlays:
         r = resolver.get(id(ov))
-        if r is None:
+        if r is None or not repaired[id(ov)]:  # nothing re-routed (a config-only repair): no entry was for it
             continue
         names = _Names(r)
         for pat in r.declared_config.exclusions:
-            if names.hits(pat) & repaired[id(ov)] and names.dead(pat):
+            if names.dead(pat) and names.hits(pat) & repaired[id(ov)]:  # the runtime names first: fewer
                 key = re.sub(r"\[\d+\]$", "", pat.key).rsplit(".", 1)[-1]
                 ov.drop_entries(key, [pat.text], "matches no runtime prefix (SG101)", pattern=pat.key)
 
@@ -48,7 +49,6 @@ class _Names:
 
     def __init__(self, r: Resolver) -> None:
         self.r = r
-        self.checkpoint = NameIndex(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per expert
         runtime = sorted({p for m in dict.fromkeys(map(alike, r.table.modules)) for p in r.layout.runtime_prefixes(m)})
         n = r.layout.num_hidden_layers
@@ -64,9 +64,18 @@ class _Names:
         index = self.runtime[pat.semantics == FNMATCHCASE]
         return not any(index.any(q) for q in spellings)
 
+    @functools.cached_property
+    def checkpoint(self) -> NameIndex:  # asked only for entries dead at run time
+        return NameIndex(self.r.table.modules)
+
+    @functools.cached_property
+    def _multiline(self) -> list[str]:
+        return [m for m in self.r.table.modules if "\n" in m]
+
     def hits(self, pat: Pattern) -> set[str]:
         """The checkpoint modules the entry was written for (as a glob where vLLM's matching finds none)."""
         hits = set(self.checkpoint.matching(pat))
-        if not hits and pat.semantics in _VLLM:
-            hits = {m for m in self.r.table.modules if fnmatchcase(m, pat.text)}
+        if not hits and pat.semantics in _VLLM:  # the glob as one scan (the index leaves out names with a newline)
+            glob = Pattern(pat.text, FNMATCHCASE, pat.key, pat.effect, pat.group)
+            hits = set(self.checkpoint.matching(glob)) | {m for m in self._multiline if fnmatchcase(m, pat.text)}
         return hits
