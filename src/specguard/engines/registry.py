@@ -25,6 +25,9 @@ class Engine:
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
     layout: str = "vllm"  # whose runtime prefixes its routes use (layouts.layout_for's engine)
+    # the vLLM plugin's patches were run against this version's own classes (docs/engines.md
+    # "The plugin per version"): on it the plugin routes by the disk, on any other it patches nothing
+    plugin: bool = False
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -35,13 +38,14 @@ class Engine:
 def _vllm_033() -> Engine:
     from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
 
-    return Engine("vllm-0.33", ENGINE, Vllm033)
+    return Engine("vllm-0.33", ENGINE, Vllm033, plugin=True)
 
 
 def _vllm_032() -> Engine:
     from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
 
-    return Engine(PLAN_ENGINE, ENGINE, Vllm032)
+    # plugin: tests/engines/vllm_032_probe.py runs the patches against 0.32's classes
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032, plugin=True)
 
 
 def _sglang_0523() -> Engine:
@@ -67,6 +71,34 @@ def installed() -> str:
     return key if key in _FACTORIES else DEFAULT
 
 
+def vllm_key(version: str) -> str | None:
+    """The registry key a vLLM release falls under (``0.32.1rc1`` -> ``vllm-0.32``), None if unparsable."""
+    parts = version.split(".")
+    try:
+        return f"vllm-{int(parts[0])}.{int(parts[1])}"
+    except (IndexError, ValueError):
+        return None
+
+
+def plugin_engine(version: str) -> Engine | None:
+    """The engine the vLLM plugin routes as on vLLM ``version``: a registered vLLM entry whose
+    plans are recorded and whose classes the patches were checked against; else None (the
+    plugin then patches nothing)."""
+    from specguard import plans
+
+    key = vllm_key(version)
+    if key is None or key not in _FACTORIES:
+        return None
+    entry = engine(key)
+    return entry if entry.plugin and plans.recorded(key) else None
+
+
+def plugin_versions() -> tuple[str, ...]:
+    """The vLLM minor versions the plugin runs on, as messages print them (``0.33.x``)."""
+    return tuple(k.removeprefix("vllm-") + ".x" for k in _FACTORIES
+                 if k.startswith("vllm-") and plugin_engine(k.removeprefix("vllm-")) is not None)
+
+
 def keys() -> tuple[str, ...]:
     """Every registered engine key."""
     return tuple(_FACTORIES)
@@ -89,4 +121,5 @@ def register(key: str, factory: Callable[[], Engine]) -> None:
     _BUILT.pop(key, None)
 
 
-__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "register"]
+__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "plugin_engine", "plugin_versions", "register",
+           "vllm_key"]

@@ -77,16 +77,18 @@ _failed_lock = threading.Lock()
 
 
 def _resolver(source: str, draft_method: str | None) -> Resolver:
-    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized).
+    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized), modelling
+    the vLLM version this process runs.
 
     Read what the engine itself reads: the revision and download directory vLLM
     resolves the model with, and shards that are symlinks to another disk.
     """
+    from specguard.integrations.vllm.settings import running_engine
     from specguard.resolve import Resolver
 
     revision, cache_dir = engine_source_options(source)
     return Resolver.open(source, draft_method=draft_method, revision=revision, cache_dir=cache_dir,
-                         follow_links=True)
+                         follow_links=True, engine=running_engine())
 
 
 def engine_source_options(source: str) -> tuple[str | None, str | None]:

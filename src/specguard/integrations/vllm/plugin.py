@@ -76,9 +76,12 @@ def register() -> None:
         return
     version = vllm_version()
     if version is None or not version_supported(version):
+        from specguard.engines.registry import plugin_versions
+
         log.warning(
-            "specguard: vLLM %s is not a version this plugin was tested against (0.33.x); "
+            "specguard: vLLM %s is not a version this plugin was tested against (%s); "
             "plugin inactive, vLLM's routing is unchanged", version or "(not installed)",
+            ", ".join(plugin_versions()),
         )
         return
     if install(settings):
