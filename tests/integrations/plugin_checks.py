@@ -62,6 +62,20 @@ def _load(cfg: Any, ckpt: str, model: Any) -> str:
     return "clean"
 
 
+def scenario(name: str, path: Path) -> Path:
+    """A factory scenario whose config.json also states ``swiglu_limit`` (10.0, as the published
+    DeepSeek-V4-Flash config.json does) and ``hidden_act`` (``silu``, transformers' default): vLLM
+    0.32's DeepseekV4MoE reads both from a config object that has no defaults for them."""
+    from specguard.factory import write_scenario
+
+    path = write_scenario(name, path).path
+    config = json.loads((path / "config.json").read_text())
+    config.setdefault("swiglu_limit", 10.0)
+    config.setdefault("hidden_act", "silu")
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 def s1_draft(ckpt: Path) -> dict:
     """S1's MTP draft experts with and without the plugin (both quant-config classes), and the
     draft's weight load under the plugin's LoadGuard (raising)."""
@@ -89,9 +103,7 @@ def s1_draft(ckpt: Path) -> dict:
 def hostile_checkpoint(kind: str, root: Path) -> Path:
     """S1 made hostile: ``truncated`` (the draft's shard cut inside its header), ``missing`` (a
     main-layer shard the index names deleted), ``lying`` (a header whose offsets run past the file)."""
-    from specguard.factory import write_scenario
-
-    path = write_scenario("s1", root / f"s1-{kind}").path
+    path = scenario("s1", root / f"s1-{kind}")
     index = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
     draft_shard = path / index["mtp.0.ffn.experts.0.w1.weight"]
     if kind == "truncated":
@@ -107,9 +119,8 @@ def hostile_checkpoint(kind: str, root: Path) -> Path:
         name = next(k for k in header if k != "__metadata__")
         start, end = header[name]["data_offsets"]
         header[name]["data_offsets"] = [start, end + 10 * len(raw)]  # claims bytes the file does not have
-        body = json.dumps(header).encode().ljust(n)
-        assert len(body) == n, "the lie fits the header's padding"
-        draft_shard.write_bytes(raw[:8] + body + raw[8 + n:])
+        body = json.dumps(header).encode()
+        draft_shard.write_bytes(len(body).to_bytes(8, "little") + body + raw[8 + n:])
     else:
         raise ValueError(kind)
     return path
@@ -129,7 +140,7 @@ def hostile(kind: str, root: Path) -> dict:
             out["vllm"] = {"methods": [_experts(cfg, "cuda", f"model.layers.{p}.ffn") for p in (0, 2)]}
             model = H.mtp_draft_model(cfg, H.quant_config(cfg, "cuda"))
         out["vllm"]["load"] = _load_unguarded(cfg, model)
-        disk._failed.clear()
+        disk.forget_failures()
         routing.take_decisions()
         with installed():
 
@@ -165,9 +176,7 @@ def run_all(root: Path) -> dict:
         except Exception:
             return {"error": traceback.format_exc()[-3000:]}
 
-    from specguard.factory import write_scenario
-
-    s1 = write_scenario("s1", root / "s1").path
+    s1 = scenario("s1", root / "s1")
     return {
         "contract": guarded(contract.missing),
         "s1": guarded(lambda: s1_draft(s1)),

@@ -85,11 +85,11 @@ def test_exception_in_the_resolver_keeps_vllm_routing(
 ) -> None:
     from specguard.resolve import Resolver
 
-    disk._failed.clear()
+    disk.forget_failures()
     monkeypatch.setattr(Resolver, "route", _fail)
     assert experts_method(s1_mtp, "cuda", "model.layers.2.ffn")[0] == NVFP4
     assert any("RuntimeError: injected" in m for m in _specguard_warnings(specguard_log))
-    disk._failed.clear()
+    disk.forget_failures()
     monkeypatch.undo()
     assert experts_method(s1_mtp, "cuda", "model.layers.2.ffn")[0] == MXFP4  # working again
 
