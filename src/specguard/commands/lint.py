@@ -49,7 +49,9 @@ def run_lint(args: argparse.Namespace) -> int:
         elif args.format == "sarif":
             sys.stdout.write(out.as_sarif(findings, source) + "\n")
         else:
-            for key, _, result in runs:
+            for key, rs, result in runs:
+                if key:  # --engine all: each engine's findings under its name
+                    console().print(f"[bold]{key}[/] ({rs[0].vllm.name}):", highlight=False)
                 out.text(result.findings, f"{source} [{key}]" if key else source, console(),
                          bytes_read=result.bytes_read, total_bytes=result.checkpoint_bytes,
                          bytes_by_rule=result.bytes_by_rule)
