@@ -126,6 +126,7 @@ def test_a_registered_version_without_recorded_plans_is_left_alone(
 
     monkeypatch.setitem(registry._FACTORIES, "vllm-0.34",
                         lambda: registry.Engine("vllm-0.34", "vLLM 0.34", Vllm033, plugin=True))
+    monkeypatch.setattr(registry, "_PLUGIN", {*registry._PLUGIN, "vllm-0.34"})
     monkeypatch.setattr(plugin, "vllm_version", lambda: "0.34.1")
     assert registry.engine("vllm-0.34").plugin and not version_supported("0.34.1")
     register()

@@ -38,14 +38,13 @@ class Engine:
 def _vllm_033() -> Engine:
     from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
 
-    return Engine("vllm-0.33", ENGINE, Vllm033, plugin=True)
+    return Engine("vllm-0.33", ENGINE, Vllm033, plugin="vllm-0.33" in _PLUGIN)
 
 
 def _vllm_032() -> Engine:
     from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
 
-    # plugin: tests/engines/vllm_032_probe.py runs the patches against 0.32's classes
-    return Engine(PLAN_ENGINE, ENGINE, Vllm032, plugin=True)
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032, plugin=PLAN_ENGINE in _PLUGIN)
 
 
 def _sglang_0523() -> Engine:
@@ -57,6 +56,9 @@ def _sglang_0523() -> Engine:
 _FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032,
                                                "sglang-0.5.23": _sglang_0523}
 _BUILT: dict[str, Engine] = {}
+# The versions the vLLM plugin runs on (an entry's ``plugin``): its patches were run against
+# their classes (tests/integrations/plugin_checks.py; 0.32 in tests/engines/vllm_032_probe.py).
+_PLUGIN: set[str] = {"vllm-0.33", "vllm-0.32"}
 
 
 def installed() -> str:
@@ -84,19 +86,23 @@ def plugin_engine(version: str) -> Engine | None:
     """The engine the vLLM plugin routes as on vLLM ``version``: a registered vLLM entry whose
     plans are recorded and whose classes the patches were checked against; else None (the
     plugin then patches nothing)."""
+    key = plugin_key(version)
+    return engine(key) if key is not None else None
+
+
+def plugin_key(version: str) -> str | None:
+    """``plugin_engine``'s key, answered without importing the engine model (the plugin asks at
+    vLLM's start-up, where importing specguard's stages costs every model)."""
     from specguard import plans
 
     key = vllm_key(version)
-    if key is None or key not in _FACTORIES:
-        return None
-    entry = engine(key)
-    return entry if entry.plugin and plans.recorded(key) else None
+    return key if key in _PLUGIN and key in _FACTORIES and plans.recorded(key) else None
 
 
 def plugin_versions() -> tuple[str, ...]:
     """The vLLM minor versions the plugin runs on, as messages print them (``0.33.x``)."""
     return tuple(k.removeprefix("vllm-") + ".x" for k in _FACTORIES
-                 if k.startswith("vllm-") and plugin_engine(k.removeprefix("vllm-")) is not None)
+                 if k.startswith("vllm-") and plugin_key(k.removeprefix("vllm-")) is not None)
 
 
 def keys() -> tuple[str, ...]:
@@ -115,11 +121,13 @@ def engine(key: str = DEFAULT) -> Engine:
     return hit
 
 
-def register(key: str, factory: Callable[[], Engine]) -> None:
-    """Add an engine version (``factory`` builds its entry on first use)."""
+def register(key: str, factory: Callable[[], Engine], *, plugin: bool = False) -> None:
+    """Add an engine version (``factory`` builds its entry on first use; ``plugin``: the vLLM
+    plugin runs on it, once its patches were run against its classes)."""
     _FACTORIES[key] = factory
     _BUILT.pop(key, None)
+    (_PLUGIN.add if plugin else _PLUGIN.discard)(key)
 
 
-__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "plugin_engine", "plugin_versions", "register",
-           "vllm_key"]
+__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "plugin_engine", "plugin_key", "plugin_versions",
+           "register", "vllm_key"]

@@ -67,6 +67,13 @@ _active: Settings | None = None
 def register() -> None:
     """``vllm.general_plugins`` entry point: cheap, idempotent, never raises."""
     try:
+        _register()
+    except Exception as exc:  # specguard's own failure: vLLM starts as without the plugin
+        safety.warn_once("starting the plugin", exc)
+
+
+def _register() -> None:
+    try:
         settings = read_settings()
     except SettingsError as exc:
         log.warning("specguard: %s; plugin inactive, vLLM's routing is unchanged", exc)

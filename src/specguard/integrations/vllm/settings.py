@@ -65,9 +65,9 @@ def _choice(env: Mapping[str, str], key: str, allowed: tuple[str, ...], default:
 def version_supported(version: str) -> bool:
     """True for the vLLM releases the patches were checked against (``0.33.0``, ``0.32.1rc1``, ...):
     a registered engine version with recorded plans and ``plugin`` set (engines/registry.py)."""
-    from specguard.engines.registry import plugin_engine
+    from specguard.engines.registry import plugin_key
 
-    return plugin_engine(version) is not None
+    return plugin_key(version) is not None
 
 
 @functools.cache
@@ -77,10 +77,10 @@ def running_engine() -> str:
     (``register`` patches nothing then; ``install`` called directly, as tests do, still routes)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from specguard.engines.registry import DEFAULT, plugin_engine
+    from specguard.engines.registry import DEFAULT, plugin_key
 
     try:
-        entry = plugin_engine(version("vllm"))
+        key = plugin_key(version("vllm"))
     except PackageNotFoundError:
         return DEFAULT
-    return entry.key if entry is not None else DEFAULT
+    return key or DEFAULT
