@@ -93,10 +93,17 @@ def plugin_engine(version: str) -> Engine | None:
 def plugin_key(version: str) -> str | None:
     """``plugin_engine``'s key, answered without importing the engine model (the plugin asks at
     vLLM's start-up, where importing specguard's stages costs every model)."""
-    from specguard import plans
-
     key = vllm_key(version)
-    return key if key in _PLUGIN and key in _FACTORIES and plans.recorded(key) else None
+    return key if key in _PLUGIN and key in _FACTORIES and _plans_recorded(key) else None
+
+
+def _plans_recorded(key: str) -> bool:
+    """plans/<key>/ holds recorded plans (read off the disk: importing specguard.plans would pull
+    its dependencies, e.g. orjson, into vLLM's start-up)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "plans" / key
+    return folder.is_dir() and any(p.suffix == ".json" and not p.name.startswith("_") for p in folder.iterdir())
 
 
 def plugin_versions() -> tuple[str, ...]:
