@@ -1,15 +1,18 @@
-"""Record SGLang 0.5.23's DeepSeek-V4 decisions into src/specguard/plans/sglang-0.5.23/ (one command).
+"""Record SGLang 0.5.23's decisions into src/specguard/plans/sglang-0.5.23/ (one command).
 
     PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1 .venv/bin/python scripts/record_sglang.py [OUT_DIR]
 
 Needs the overlays scripts/engines.sh installs (docs/engines.md). Writes the factory's
 DeepSeek-V4 scenarios into a temporary folder, each config.json completed with the keys
 the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGLang's
-ModelConfig reads them, e.g. sliding_window), and records every case in one process.
+ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
+(scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
+process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import tempfile
@@ -21,6 +24,18 @@ from specguard.resolve import Resolver
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek-v4-flash/config.json"
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
+# GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
+GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
+FILES = {"deepseek_v4.json": lambda case: case not in GLM, "glm4_moe.json": lambda case: case in GLM}
+
+
+def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
+    spec = importlib.util.spec_from_file_location("published_sparse", Path(__file__).with_name("published_sparse.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_sparse", module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _complete(config_path: Path, **quant: object) -> None:
@@ -56,6 +71,10 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
+    published = _published()
+    for name in GLM:
+        path = published.build(name, root / name, 4)
+        out[name] = (path, "EAGLE", _prefixes(path))
     return out
 
 
@@ -64,7 +83,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         recorded = record_all(cases(Path(tmp)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "deepseek_v4.json").write_text(dumps(recorded))
+    for file, wanted in FILES.items():
+        part = {**recorded, "cases": {k: v for k, v in recorded["cases"].items() if wanted(k)}}
+        (out_dir / file).write_text(dumps(part))
     print(f"recorded in {out_dir}")
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
 from specguard.errors import SpecguardError, UsageError
@@ -163,6 +164,16 @@ def _draft_args(p: argparse.ArgumentParser, draft_help: str, every_engine: bool 
     p.add_argument("--engine", choices=[*ENGINE_KEYS, *(["all"] if every_engine else [])], default=None,
                    help="engine version to model (docs/engines.md; default: the installed one when "
                         f"modelled, else {DEFAULT_ENGINE})" + ("; all: every one side by side" if every_engine else ""))
+    _sglang_args(p)
+
+
+SGLANG_KEY = "sglang-0.5.23"  # the engine whose launch flag _sglang_args takes
+
+
+def _sglang_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--speculative-draft-model-quantization", metavar="METHOD",
+                   help=f"{SGLANG_KEY} only: the draft's quantization as SGLang's launch flag of this name sets "
+                        "it (unquant: none; default: as the target; docs/engines.md)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -229,6 +240,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=[*ENGINE_KEYS, "all"], default=None,
                    help="engine version the repair must load as stored under (docs/engines.md; default: the "
                         f"installed one when modelled, else {DEFAULT_ENGINE}); all: every modelled one")
+    _sglang_args(p)
     p.set_defaults(func=_cmd_fix)
 
     p = _command(sub, "report", "one self-contained HTML page: summary, module map, findings, repair",
@@ -289,13 +301,28 @@ def _run(argv: list[str]) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        return func(args)
+        with _launched(args):
+            return func(args)
     except BrokenPipeError:
         raise  # not the user's system refusing a file: main() ends quietly
     except (SpecguardError, OSError) as e:
         # Bad input or usage, or a file the user's system will not let us read
         # (permissions, a vanished disk); anything else is a bug and shows as one.
         return fail(PROG, e if isinstance(e, SpecguardError) else _os_error(e), debug=getattr(args, "debug", False))
+
+
+def _launched(args: argparse.Namespace) -> AbstractContextManager[None]:
+    """SGLang's launch flag, applied to its engine model for this run (a usage error under
+    an engine that has no such flag)."""
+    draft_quant = getattr(args, "speculative_draft_model_quantization", None)
+    if draft_quant is None:
+        return nullcontext()
+    if getattr(args, "engine", None) not in (SGLANG_KEY, "all"):
+        raise UsageError(f"--speculative-draft-model-quantization is SGLang's launch flag: "
+                         f"add --engine {SGLANG_KEY} (or all)")
+    from specguard.engines.registry import launched_with
+
+    return launched_with(SGLANG_KEY, draft_quantization=draft_quant)
 
 
 def _os_error(e: OSError) -> str:

@@ -24,9 +24,14 @@ from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
 from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
-RECORD = json.loads((overlays.ROOT / "src/specguard/plans/sglang-0.5.23/deepseek_v4.json").read_text())["cases"]
+PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
+RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json")
+          for name, case in json.loads((PLANS / file).read_text())["cases"].items()}
 HYBRID = "sglang.srt.layers.quantization.modelopt_quant.HybridFp8NvFp4Config"
 MODELOPT = "sglang.srt.layers.quantization.modelopt_quant.ModelOptFp4Config"
+# Read, not run (docs/engines.md): glm4_moe_nextn.py builds the GLM NextN draft with quant_config=None
+# when the loader's quant config is modelopt_fp4 (the model class needs CUDA kernels to construct).
+GLM_DRAFT_DROPS = MODELOPT
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +66,12 @@ def test_engine_model_agrees_with_sglangs_own_decisions(cases: dict[str, Path], 
 
 def _sglang_expert_format(case: str, prefix: str) -> str:
     """What SGLang builds for a routed-experts prefix, from the record alone (the rules of
-    docs/engines.md: Fp8Config / HybridFp8NvFp4Config / ModelOptFp4Config)."""
+    docs/engines.md: Fp8Config / HybridFp8NvFp4Config / ModelOptFp4Config), and GLM's NextN drop."""
     facts = RECORD[case]["target"]
     qc = facts["quant_config"]
-    if qc["class"] is None:
+    glm_draft = RECORD[case]["draft"]["architecture"] == "Glm4MoeForCausalLMNextN" and prefix.startswith(
+        "model.decoder.")
+    if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
     hit = qc["prefixes"][prefix]
     if qc["class"] == MODELOPT:
@@ -163,3 +170,53 @@ def test_an_architecture_without_sglang_facts_is_unknown(tmp_path: Path) -> None
     assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
     assert "no SGLang 0.5.23 fact is recorded for Qwen3_5MoeForConditionalGeneration" in quantizable[0].reason
     assert main(["route", str(tmp_path / "q0"), "--engine", KEY]) == 3
+
+
+def test_speculative_draft_model_quantization_is_sglangs_launch_flag(cases: dict[str, Path], capsys,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """S8-NVFP4 launched with ``--speculative-draft-model-quantization unquant`` (serving_hook.py: the
+    draft ModelConfig gets no quantization): its BF16 MTP attention then loads as stored, its NVFP4
+    experts do not; lint's fix names the flag. Only an SGLang run takes it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    ckpt = str(cases["s8-nvfp4"])
+    flag = ["--speculative-draft-model-quantization", "unquant"]
+    assert main(["route", ckpt, "--engine", KEY, "--json", *flag]) == 1
+    by = {x["runtime_prefix"]: x["verdict"] for x in json.loads(capsys.readouterr().out)["records"]}
+    assert by["model.decoder.self_attn.o_proj"] == "ok"  # misrouted without the flag (test above)
+    assert by["model.decoder.mlp.experts"] == "misrouted"
+    assert main(["lint", ckpt, "--engine", KEY, *flag]) == 1
+    out = capsys.readouterr().out
+    assert "fix: launch SGLang without --speculative-draft-model-quantization unquant" in out
+    assert "vLLM" not in out
+    # the checkpoint's own method named: the same quant config as without the flag
+    assert main(["route", ckpt, "--engine", KEY, "--speculative-draft-model-quantization", "modelopt_fp4"]) == 1
+    capsys.readouterr()
+    assert main(["route", ckpt, "--engine", "vllm-0.33", *flag]) == 2
+    assert "--engine sglang-0.5.23" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["route", "--help"])
+    assert "--speculative-draft-model-quantization" in capsys.readouterr().out
+
+
+def test_fix_for_sglang_writes_what_lint_prints(cases: dict[str, Path], tmp_path: Path, capsys,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """S1 under SGLang: its NVFP4 target experts need SGLang's hybrid form (recorded: s1-hybrid
+    routes clean). Lint prints the edits, `fix --engine sglang-0.5.23` writes those, and the
+    repaired checkpoint routes clean under SGLang; no vLLM advice (plugin, vllm serve) is given."""
+    monkeypatch.setenv("COLUMNS", "200")
+    ckpt = str(cases["s1"])
+    capsys.readouterr()
+    assert main(["lint", ckpt, "--engine", KEY, "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    edits = [e for f in report["findings"] if f["code"] == "SG201" for e in f["edits"]]
+    assert {(tuple(e["path"]), json.dumps(e["value"])) for e in edits} == {
+        (("quantization_config", "quant_algo"), '"MIXED_PRECISION"'), (("quantization_config", "group_size"), "16")}
+    assert not any("plugin" in (f["fix"] or "") for f in report["findings"])
+    out = tmp_path / "out"
+    assert main(["fix", ckpt, "--engine", KEY, "--out", str(out), "--diff"]) == 0
+    printed = capsys.readouterr()
+    assert "vllm serve" not in printed.out and "sglang.launch_server" in printed.out
+    block = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert (block["quant_algo"], block["group_size"], block["moe_quant_algo"]) == ("MIXED_PRECISION", 16, "NVFP4")
+    Resolver.clear_cache()
+    assert {rt.verdict for rt in Resolver.open(out, engine=KEY).routes()} == {OK}

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's DeepSeek-V4 decisions, recorded from its own code (engines/sglang/recorder.py),
+"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 published copies),
+recorded from its own code (engines/sglang/recorder.py),
 equal what the installed SGLang decides now: one SGLang start, in a fresh process under its
 overlay (docs/engines.md), over the same factory cases. Re-record with scripts/record_sglang.py."""
 
@@ -9,16 +10,19 @@ from pathlib import Path
 
 from tests.engines import overlays
 
-COMMITTED = overlays.ROOT / "src/specguard/plans/sglang-0.5.23/deepseek_v4.json"
+PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
+COMMITTED = PLANS / "deepseek_v4.json"
+FILES = ("deepseek_v4.json", "glm4_moe.json")
 
 
 def test_sglang_decisions_match_the_installed_engine(tmp_path: Path) -> None:
     proc = overlays.run("sglang-0.5.23", ["scripts/record_sglang.py", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-4000:]
-    fresh = json.loads((tmp_path / "deepseek_v4.json").read_text())
-    committed = json.loads(COMMITTED.read_text())
-    assert fresh["sglang"] == "0.5.23"
-    assert fresh == committed, "re-record: PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1 " \
+    for file in FILES:
+        fresh = json.loads((tmp_path / file).read_text())
+        committed = json.loads((PLANS / file).read_text())
+        assert fresh["sglang"] == "0.5.23"
+        assert fresh == committed, f"{file}: re-record: PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1 " \
                                ".venv/bin/python scripts/record_sglang.py"
 
 
@@ -39,3 +43,17 @@ def test_recorded_facts_as_docs_engines_states_them() -> None:
     assert experts["model.layers.0.mlp.experts"]["nvfp4_excluded"] is False
     assert experts["model.decoder.mlp.experts"]["nvfp4_excluded"] is True
     assert experts["stages.0.mlp.experts"]["nvfp4_excluded"] is True
+
+
+def test_recorded_glm_facts_as_docs_engines_states_them() -> None:
+    """GLM-4.7 NVFP4 (published copies): SGLang rewrites the draft to Glm4MoeForCausalLMNextN, and
+    its loader hands that draft the same ModelOptFp4Config (the model class then drops it, read from
+    glm4_moe_nextn.py); the NVFP4 list's model.layers.{N}* entry matches nothing under model.decoder."""
+    cases = json.loads((PLANS / "glm4_moe.json").read_text())["cases"]
+    for case in cases.values():
+        assert case["target"]["architecture"] == "Glm4MoeForCausalLM"
+        assert case["draft"]["architecture"] == "Glm4MoeForCausalLMNextN"
+        assert case["draft"]["quant_config"]["class"].endswith("ModelOptFp4Config")
+    prefixes = cases["glm-4.7-nvfp4"]["draft"]["quant_config"]["prefixes"]
+    assert prefixes["model.decoder.self_attn.qkv_proj"]["nvfp4_excluded"] is False
+    assert prefixes["model.layers.0.self_attn.qkv_proj"]["nvfp4_excluded"] is True

@@ -43,3 +43,21 @@ def test_sg203_on_a_quark_moe_export_counts_what_it_lists_and_names_no_draft():
     listed = f.message.rsplit("): ", 1)[1]
     assert sum(_expand(x) for x in listed.split("; ")) == count  # runtime modules, as listed
     assert f.fix is not None and "draft" not in f.fix.message
+
+
+def test_misroute_text_says_what_each_stack_reads(tmp_path):
+    """Qwen3-Next FP8's experts are built by Fp8Config, which reads no expert_dtype (fp8.py
+    Fp8Config.get_quant_method): its SG203 text must not borrow DeepSeek-V4's wording."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("published_sparse", root / "scripts" / "published_sparse.py")
+    published = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_sparse", published)
+    spec.loader.exec_module(published)
+    path = published.build("qwen3-next-fp8-mtp-bf16-not-excluded", tmp_path / "qn", 4)
+    sg203 = [f for f in lint([Resolver.open(path)]).findings if f.code == "SG203"]
+    experts = [f for f in sg203 if "experts" in f.message]
+    assert experts and all("Fp8Config" in f.message for f in sg203)
+    assert not [f.message for f in sg203 if "expert_dtype" in f.message]

@@ -118,10 +118,17 @@ def test_fix_all_iterates_the_registry(scenarios, tmp_path: Path, capsys: pytest
         return registry.Engine("vllm-0.32-copy", "vLLM 0.32 (copy)", registry.engine("vllm-0.32").model)
 
     # SGLang builds S1's *target* experts MXFP4 over NVFP4 bytes (Fp8Config.is_fp4_experts: one answer
-    # for every layer) and no config edit changes that: with it registered, `all` names it and writes nothing.
+    # for every layer); its hybrid form (quant_algo MIXED_PRECISION + group_size) repairs that beside
+    # vLLM's V4.1 ignore entry on cuda: `all` writes one repair all three engines load, verified.
     out = tmp_path / "out"
-    assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 2
+    assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 0
+    assert "ok on vLLM 0.33 (cuda), vLLM 0.32 (cuda), SGLang 0.5.23 (cuda)" in capsys.readouterr().out
+    # on every platform class vLLM's CPU class needs the draft's experts re-encoded BF16, which the
+    # hybrid form builds MXFP4 under SGLang: no one repair serves both, `all` names SGLang, writes nothing
+    out = tmp_path / "out-every-class"
+    assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all"]) == 2
     assert "SGLang 0.5.23" in capsys.readouterr().err and not out.exists()
+    out = tmp_path / "out-copy"
     monkeypatch.delitem(registry._FACTORIES, "sglang-0.5.23")
     monkeypatch.setitem(registry._FACTORIES, "vllm-0.32-copy", other)
     assert main(["fix", str(scenarios["s1"].path), "--out", str(out), "--engine", "all", "--platform", "cuda"]) == 0

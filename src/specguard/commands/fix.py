@@ -91,9 +91,12 @@ def run_fix(args: argparse.Namespace) -> int:
               "repairs with config alone")
     if any(NO_DRAFTER in c.why for ov in plan.overlays for c in ov.changes):
         print(f"note: {NO_DRAFTER}")
-    if len(results) > 1:
+    if len(results) > 1 and any(e.startswith("vllm-") for e in plan.engines):
         print(f"serve: vllm serve {results[0].path} --speculative-config "
               f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
+    elif len(results) > 1:
+        print(f"serve: python -m sglang.launch_server --model-path {results[0].path} "
+              f"--speculative-draft-model-path {results[1].path} ...")
     if plan.unvouched:
         _print_unvouched(plan)
         return EXIT_UNVOUCHED
@@ -167,6 +170,10 @@ def _print_changes(plan: Plan) -> None:
 
 def _print_diff(plan: Plan, out: Path | None) -> None:
     print(config_diff(plan, out), end="")
+    if not any(e.startswith("vllm-") for e in plan.engines):
+        _say("no --hf-overrides (a vLLM flag): SGLang reads the repaired config files; serve the directory "
+             "--out writes (`python -m sglang.launch_server --model-path DIR`)")
+        return
     overrides, why = hf_overrides(plan)
     if overrides is None:
         _say(f"no --hf-overrides: {why}")

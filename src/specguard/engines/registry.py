@@ -8,8 +8,10 @@ picks one; the default is ``DEFAULT``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from specguard.errors import UsageError
@@ -128,6 +130,19 @@ def engine(key: str = DEFAULT) -> Engine:
     return hit
 
 
+@contextmanager
+def launched_with(key: str, **options: Any) -> Iterator[None]:
+    """Within the block, ``key``'s engine model is built with these launch options (SGLang's
+    ``--speculative-draft-model-quantization`` as ``draft_quantization``): every Resolver of the
+    run (route, lint, fix, report) models the engine as the user starts it."""
+    base = engine(key)
+    _BUILT[key] = replace(base, model=partial(base.model, **options))
+    try:
+        yield
+    finally:
+        _BUILT[key] = base
+
+
 def register(key: str, factory: Callable[[], Engine], *, plugin: bool = False) -> None:
     """Add an engine version (``factory`` builds its entry on first use; ``plugin``: the vLLM
     plugin runs on it, once its patches were run against its classes)."""
@@ -136,5 +151,5 @@ def register(key: str, factory: Callable[[], Engine], *, plugin: bool = False) -
     (_PLUGIN.add if plugin else _PLUGIN.discard)(key)
 
 
-__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "plugin_engine", "plugin_key", "plugin_versions",
-           "register", "vllm_key"]
+__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "launched_with", "plugin_engine", "plugin_key",
+           "plugin_versions", "register", "vllm_key"]

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from specguard import plans
 from specguard.errors import LayoutError
 from specguard.layouts import roles as r
 from specguard.layouts.names import layer_index, module_name
@@ -217,6 +218,43 @@ class Layout:
             return self._draft_role(idx - self.num_hidden_layers)
         return None
 
+    # -- the recorded plan ---------------------------------------------------
+
+    plan: plans.Plan | None = None  # the engine's recorded build plan, where the layout reads one
+
+    def _plan_side(self, role: r.Role) -> plans.Side | None:
+        """The plan's side that builds a module of ``role``: its draft where the plan records
+        this layout's draft kind (an MTP plan says nothing of an EAGLE head), else its target."""
+        if self.plan is None:
+            return None
+        if not role.is_draft:
+            return self.plan.target
+        method = self.plan.draft_method or ""
+        return self.plan.draft if self.draft_kind and method.startswith(self.draft_kind) else None
+
+    def _planned(self, p: Placement) -> Placement:
+        """``p`` as the recorded plan has it: the module the hand-written naming put the
+        checkpoint module in, found in the plan by its runtime prefix (else its parameter
+        path), gives the quant prefix vLLM asks about, the layer class's kind and the real
+        parameter path. A module the plan does not record keeps the hand-written answer."""
+        side = self._plan_side(p.role)
+        if side is None:
+            return p
+        concrete, row, by_path = p.runtime_prefix, side.by_quant_prefix(p.runtime_prefix), False
+        if row is None:  # the parameter path's layer numbers are the draft's own ({d}), not runtime ones
+            concrete, row, by_path = p.parameter_prefix, side.by_path(p.parameter_prefix), True
+        if row is None:  # a shard the hand-written fusions leave alone: the loader's own renames
+            concrete, row = _fused_row(side, p.parameter_prefix)
+        if row is None:
+            return p
+        asked, path = row.at(concrete, self.num_hidden_layers, path=by_path)
+        quant = asked or p.runtime_prefix  # never asked: specguard's own name for it stays
+        kind = p.kind if row.kind == r.OTHER else row.kind
+        if quant == p.runtime_prefix and kind == p.kind and path in (None, p.parameter_prefix):
+            return p  # the hand-written naming already says what the plan records
+        extra = tuple(x for x in p.runtime_prefixes if x not in (p.runtime_prefix, quant))
+        return self._placement(p.checkpoint_name, p.role, kind, quant, path or p.parameter_prefix, extra)
+
     # -- helpers for subclasses -------------------------------------------
 
     def _draft_role(self, i: int | None) -> r.Role:
@@ -234,6 +272,19 @@ class Layout:
     ) -> Placement:
         prefixes = (prefix, *(p for p in extra if p != prefix))
         return Placement(module, role, kind, prefix, prefixes, parameter_prefix or prefix)
+
+
+def _fused_row(side: plans.Side, path: str) -> tuple[str, plans.ModuleRow | None]:
+    """The module a shard loads into by the plan's stacked renames (vLLM's ``weight_name in
+    name`` test on the tensor name), where the plan records it."""
+    dotted = path + "."
+    for shard, fused in side.shard_renames:
+        if shard in dotted:
+            candidate = dotted.replace(shard, fused, 1).rstrip(".")
+            row = side.by_path(candidate)
+            if row is not None:
+                return candidate, row
+    return path, None
 
 
 def join(*parts: str) -> str:

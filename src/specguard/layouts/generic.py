@@ -75,6 +75,10 @@ class GenericLayout(Layout):
         return super()._runtime_role(name)
 
     def _place(self, module: str) -> Placement:
+        return self._planned(self._named(module))
+
+    def _named(self, module: str) -> Placement:
+        """The hand-written naming: where a checkpoint module goes (``_planned`` then asks the plan)."""
         n = self.num_hidden_layers
         if self._draft_renames:
             renamed = self._place_renamed(module)
@@ -128,8 +132,10 @@ class EagleLayout(Layout):
 
     family = "eagle"
 
-    def __init__(self, target_num_hidden_layers: int, num_draft_layers: int = 1, *, engine: str = "vllm"):
+    def __init__(self, target_num_hidden_layers: int, num_draft_layers: int = 1, *, engine: str = "vllm",
+                 plan: plans.Plan | None = None):
         super().__init__(target_num_hidden_layers, num_draft_layers, r.EAGLE, engine=engine)
+        self.plan = plan
 
     def _runtime_role(self, name: str) -> r.Role | None:
         idx = layer_index(name)
@@ -141,6 +147,9 @@ class EagleLayout(Layout):
         return ("",)  # the whole checkpoint is the draft
 
     def _place(self, module: str) -> Placement:
+        return self._planned(self._named(module))
+
+    def _named(self, module: str) -> Placement:
         n = self.num_hidden_layers
         m = _EAGLE_LAYER_RE.match(module)
         if m:

@@ -12,10 +12,11 @@ from specguard.layouts.base import SGLANG, VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
-from specguard.layouts.sglang import SglangDeepseekV3Layout, SglangDeepseekV4Layout
+from specguard.layouts.sglang import SglangDeepseekV3Layout, SglangDeepseekV4Layout, SglangGlm4MoeLayout
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+GLM4_MOE_TYPES = frozenset({"glm4_moe"})  # GLM-4.5/4.6/4.7 (Glm4MoeForCausalLM)
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -92,14 +93,19 @@ def layout_for(
         n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
-        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine)
+        plan = (plans.plan_for_config(target_config, drafter=config)
+                if target_config is not None and engine == VLLM else None)
+        return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine, plan=plan)
     n = _int(cfg, "num_hidden_layers")
     if n is None:
         raise LayoutError("config has no integer num_hidden_layers")
     if model_type in DEEPSEEK_V4_TYPES:
         return _deepseek_v4(cfg, config, n, kind, engine)
     nextn = _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
-    plan = plans.plan_for_config(config) if engine == VLLM else None
+    # vLLM's recorded plan places the draft's checkpoint names; under an engine with no layout of
+    # its own for the family (SGLang's ERNIE, Qwen3-Next, ...) it still says which names are draft
+    # and how many draft layers the config means (every SGLang verdict there is unknown, SG205)
+    plan = plans.plan_for_config(config)
     if nextn is None and plan is not None:
         # the count as the engine reads it where the config has no key (Qwen3-Next:
         # ``getattr(config, "num_nextn_predict_layers", 1)``), recorded in its plan
@@ -112,8 +118,10 @@ def layout_for(
         return DeepseekV3Layout(
             n, nextn, r.MTP, engine=engine, fuse_qkv_a=cfg.get("q_lora_rank") is not None, mha=mha
         )
+    if model_type in GLM4_MOE_TYPES and engine == SGLANG:
+        return SglangGlm4MoeLayout(n, nextn)
     if model_type in QWEN3_5_TYPES:
-        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine)
+        return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
 
 

@@ -1,4 +1,4 @@
-"""DeepSeek-V4 native checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
+"""DeepSeek-V4/V3 and GLM-4-MoE checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
 
 SGLang names the layers of one checkpoint differently from vLLM, so an exclusion
 written for one engine's prefixes can match nothing under the other's. Read from
@@ -31,6 +31,7 @@ from specguard.layouts import fusions
 from specguard.layouts import roles as r
 from specguard.layouts.base import SGLANG, Placement
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
+from specguard.layouts.generic import GenericLayout
 
 _STAGE0 = ("main_proj", "main_norm")  # DSparkV4StageMixin: stage 0 only
 _LAST_STAGE = ("norm", "hc_head_fn", "hc_head_base", "hc_head_scale")  # the last stage only
@@ -160,3 +161,43 @@ class SglangDeepseekV3Layout(DeepseekV3Layout):
             name = "self_attn.fused_qkv_a_proj_with_mqa"
             return fusions.Fused(name, f.kind, name)
         return f
+
+
+# glm4_moe.py ``Glm4MoeForCausalLM.load_weights(is_nextn=True)``: a name of the nextn layer
+# containing one of these (a substring test, as SGLang does) loads at ``model.X``; every
+# other one into the decoder layer ``model.decoder.X``.
+_GLM_NEXTN_SPEC = ("shared_head.norm", "eh_proj", "enorm", "hnorm")
+
+
+class SglangGlm4MoeLayout(GenericLayout):
+    """GLM-4.5/4.6/4.7 MoE (``glm4_moe``) with its NextN draft, as SGLang 0.5.23 builds it.
+
+    Target layers keep their checkpoint names (glm4_moe.py: ``self_attn.qkv_proj``,
+    ``mlp.gate_up_proj``, ``mlp.experts``, ``mlp.shared_experts.gate_up_proj``); the target
+    skips layers >= N on load. The draft (glm4_moe_nextn.py ``Glm4MoeModelNextN``) is one
+    decoder layer at ``model.decoder`` beside ``model.eh_proj``/``enorm``/``hnorm``/
+    ``shared_head.norm``; its ``embed_tokens`` and ``shared_head.head`` are skipped on load
+    (``"shared_head.head" in name or "embed_tokens" in name: continue``): the target's serve.
+    """
+
+    family = "glm4_moe"
+    sglang_nextn_top = ("eh_proj", "enorm", "hnorm", "shared_head")
+
+    def __init__(self, num_hidden_layers: int, num_draft_layers: int = 0) -> None:
+        super().__init__(num_hidden_layers, num_draft_layers, r.MTP, engine=SGLANG)
+
+    def draft_checkpoint_prefixes(self) -> tuple[str, ...]:
+        return tuple(f"model.layers.{i}." for i in self.draft_layers)
+
+    def _place_nextn(self, module: str, layer: int) -> Placement:
+        role = self._draft_role(layer - self.num_hidden_layers)
+        rest = module.split(f"layers.{layer}.", 1)[1] if f"layers.{layer}." in module else ""
+        if "shared_head.head" in rest:
+            return self._placement(module, role, r.HEAD_KIND, "model.shared_head.head", "lm_head")
+        if "embed_tokens" in rest:
+            return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
+        if any(w in module for w in _GLM_NEXTN_SPEC):
+            kind = r.LINEAR if rest == "eh_proj" else fusions.kind_of(rest)
+            return self._placement(module, role, kind, f"model.{rest}")
+        f = self._fuse(rest)
+        return self._placement(module, role, f.kind, f"model.decoder.{f.prefix}")

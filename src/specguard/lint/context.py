@@ -35,6 +35,12 @@ class LintContext:
         """The modelled engine every finding names ("vLLM 0.33"): one per lint run."""
         return self.resolvers[0].vllm.name if self.resolvers else "the engine"
 
+    @property
+    def has_plugin(self) -> bool:
+        """specguard has a load-time plugin for the engine (vLLM's); for SGLang it has none, so no fix
+        text offers one (docs/engines.md)."""
+        return bool(self.resolvers) and self.resolvers[0].engine.startswith("vllm")
+
     def quant_files(self, r: Resolver) -> QuantFiles | None:
         """Where config.json's quantization_config and hf_quant_config.json claim different
         schemes (None: one file, or they agree). Shared by SG103 and the SG2xx rules, which

@@ -52,7 +52,7 @@ SG101 = rule("SG101", "exclusion-pattern-misses-runtime-names", WARNING,
 def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
     for r in ctx.resolvers:
         patterns = r.declared_config.exclusions
-        if not patterns or _never_starts(r):
+        if not patterns or _never_starts(r) or _matching_unmodelled(r):
             continue
         modules = list(r.table.modules)
         # experts of a layer share their spellings: one lookup per projection, not per module
@@ -122,6 +122,13 @@ def _plain(r: Resolver, prefix: str, kind: str) -> bool:
     """Built with ``quant_config=None`` (the engine model says so where it can)."""
     check = getattr(r.vllm, "built_without_quant_config", None)
     return bool(check is not None and check(prefix, kind))
+
+
+def _matching_unmodelled(r: Resolver) -> bool:
+    """The engine model restates no matching for this checkpoint's stack (SGLang's compressed-tensors:
+    SG205 says so): whether an entry is dead there is not known, so SG101 does not speak."""
+    check = getattr(r.vllm, "unmodelled", None)
+    return check is not None and check() is not None
 
 
 def _never_starts(r: Resolver) -> bool:
@@ -223,7 +230,7 @@ def _fix(ctx: LintContext, r: Resolver, pat: Pattern, hits: list[str],
                 f"{len(targets)} runtime module(s) then route ok, nothing else changes)" if targets
                 else "no module changes)")
             return Fix(text, tuple(edits), Applicability.DISPLAY, targets=tuple(targets))
-    if draft:
+    if draft and ctx.has_plugin:
         return Fix("serve with the specguard vLLM plugin, which applies draft exclusions by runtime layer")
     return None
 

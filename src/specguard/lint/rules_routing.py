@@ -152,7 +152,8 @@ def needs_missing(ctx: LintContext) -> Iterator[Finding]:
             _names(routes),
             planned(ctx, res, [rt.prefix for rt in routes], "the engine then builds the format they are stored in")
             or "store the missing scales, or route these modules to the format they are stored in "
-            "(`specguard route`; the specguard vLLM plugin does it at load time)",
+            + ("(`specguard route`; the specguard vLLM plugin does it at load time)" if ctx.has_plugin
+               else "(`specguard route`)"),
             data=_named(routes, missing=list(missing), engine_parameters=params),
         )
 
@@ -247,7 +248,14 @@ def stored_quantized_declared_plain(ctx: LintContext) -> Iterator[Finding]:
             return (role_label(rt.role), rt.stored.format, rt.vllm.method)
         return None
 
-    for (role, stored, method), routes, _res in _groups(ctx, pick):
+    for (role, stored, method), routes, res in _groups(ctx, pick):
+        hint = getattr(res.vllm, "plain_draft_fix", None)
+        why = hint(stored) if hint is not None and routes[0].role.is_draft else None
+        if why is not None:  # the engine drops the draft's quant config whatever the config declares
+            yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
+                f"({routes[0].vllm.reason}): {describe(rt.prefix for rt in routes)}",
+                _names(routes), why, data=_named(routes))
+            continue
         if "quant_config=None" in routes[0].vllm.reason or routes[0].vllm.reason.startswith(("gptq:", "inc:")):
             yield SG204.finding(f"{len(routes)} {role} module(s) stored {stored} but built as {method} "
                 f"({routes[0].vllm.reason}); {ctx.engine_name} fails to start: the unquantized layer has no "
@@ -279,13 +287,14 @@ def _fix(ctx: LintContext, res: Resolver, routes: list[Built]) -> Fix:
                                     "them as BF16)")
     if fix is not None:
         return fix
-    if mxfp4_as_nvfp4:
+    if mxfp4_as_nvfp4 and ctx.has_plugin:
         present = rt.declared.pattern is not None and rt.declared.scheme.format == s.MXFP4
         held = f"the config already declares them MXFP4 ({rt.declared.source}); " if present else ""
         where = (f"on {res.platform} {ctx.engine_name} builds every routed-expert layer from moe_quant_algo "
                  f"({_class(rt)} reads no list that routes experts to MXFP4)")
         return Fix(f"{held}{where}: serve with the specguard vLLM plugin, which routes them by the disk")
-    return Fix(f"declare these modules {rt.stored.short()} or serve with the specguard vLLM plugin")
+    plugin = " or serve with the specguard vLLM plugin" if ctx.has_plugin else ""
+    return Fix(f"declare these modules {rt.stored.short()}{plugin}")
 
 
 SG205 = rule("SG205", "engine-build-unknown", WARNING,

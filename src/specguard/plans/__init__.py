@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -55,6 +55,7 @@ def layer_class_kind(name: str) -> LayerClass:
     return LayerClass.OTHER
 
 
+@lru_cache(maxsize=1 << 16)  # routing asks about each prefix from the layout and the engine model
 def shape(name: str) -> str:
     """A prefix with every layer index (or template) as ``#``: the key plans are looked up by."""
     return _INDEX.sub(r"\1#", name)
@@ -69,6 +70,35 @@ def instantiate(template: str, like: str) -> str:
     (a quant-prefix template filled from the concrete parameter path it was found by)."""
     numbers = iter(_NUMBERS.findall(like))
     return _PLACEHOLDER.sub(lambda m: next(numbers, m.group(0)), template)
+
+
+_LITERAL_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def fill(template: str, values: Mapping[str, int]) -> str | None:
+    """``template`` with its ``{L}``/``{D}``/``{d}`` set from ``values``; None where one is unknown."""
+    try:
+        return _PLACEHOLDER.sub(lambda m: str(values[m.group(0)[1]]), template)
+    except KeyError:
+        return None
+
+
+def layer_values(template: str, concrete: str, start: int) -> dict[str, int]:
+    """The layer placeholders of ``template`` read off ``concrete`` (the same shape), with
+    ``D = start + d`` completed both ways (``start``: the first draft layer's runtime index)."""
+    names = [m.group(0)[1] for m in _PLACEHOLDER.finditer(template)]
+    values = dict(zip(names, map(int, _NUMBERS.findall(concrete)), strict=False))
+    if "d" in values:
+        values.setdefault("D", start + values["d"])
+    if "D" in values:
+        values.setdefault("d", values["D"] - start)
+    return values
+
+
+@lru_cache(maxsize=4096)
+def _literal_index(template: str) -> bool:
+    """Whether a recorded path holds a layer number no placeholder stands for."""
+    return _LITERAL_INDEX.search(_PLACEHOLDER.sub("", template)) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +117,19 @@ class ModuleRow:
     @property
     def asks_quant_config(self) -> bool:
         return self.quant_prefix is not None
+
+    def at(self, prefix: str, start: int, *, path: bool = False) -> tuple[str | None, str | None]:
+        """This row for the real layer ``prefix`` names (its quant prefix, or with ``path``
+        its parameter path): its quant prefix (None: never asked) and its parameter path
+        (None where the recorded path holds a layer number no template stands for: MiMo's
+        ``model.mtp_layers.4``)."""
+        like = self.path if path or self.quant_prefix is None else self.quant_prefix
+        values = layer_values(like, prefix, start)
+        quant = fill(self.quant_prefix, values) if self.quant_prefix is not None else None
+        where = fill(self.path, values)
+        if where is not None and _literal_index(self.path):
+            where = None
+        return quant, where
 
 
 @dataclass(frozen=True)
@@ -126,6 +169,15 @@ class Side:
     def mapper(self) -> Mapping[str, Any]:
         """The model's ``hf_to_vllm_mapper`` (prefix / substr / suffix / regex / stacked tables)."""
         return self.loader.get("mapper") or {}
+
+    @cached_property
+    def shard_renames(self) -> tuple[tuple[str, str], ...]:
+        """(shard, fused) substrings the loader renames a checkpoint name by: its
+        ``load_weights``' ``stacked_params_mapping`` and the mapper's ``stacked`` table
+        (``.q_proj`` -> ``.qkv_proj``; DeepSeek-V2-style ``q_a_proj`` -> ``fused_qkv_a_proj``)."""
+        out = {(str(shard), str(fused)): None for fused, shard, *_ in self.loader.get("stacked") or ()}
+        out.update({(str(shard), str(v[0])): None for shard, v in (self.mapper.get("stacked") or {}).items()})
+        return tuple(out)
 
     def layer_renames(self) -> tuple[tuple[str, str], ...]:
         """The mapper's substring/prefix renames that put a checkpoint name under a draft
@@ -255,8 +307,10 @@ __all__ = [
     "ModuleRow",
     "Plan",
     "Side",
+    "fill",
     "instantiate",
     "layer_class_kind",
+    "layer_values",
     "plan",
     "plan_for_config",
     "recorded",

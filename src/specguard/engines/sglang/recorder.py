@@ -1,4 +1,4 @@
-"""Record what SGLang 0.5.23 decides for DeepSeek-V4 checkpoints, by running its own code on CPU.
+"""Record what SGLang 0.5.23 decides for DeepSeek-V4/V3 and GLM-4-MoE checkpoints, by running its own code on CPU.
 
 Run only by scripts/record_sglang.py and its CI test, under the SGLang overlay
 (``PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1``, docs/engines.md);
@@ -134,7 +134,8 @@ def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str
     """SGLang's target and draft decisions for the checkpoint at ``path``, the draft served
     with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head);
     ``prefixes``: the checkpoint's SGLang runtime prefixes (layouts/sglang.py) to ask about."""
-    complete_config(path)
+    if json.loads((path / "config.json").read_text()).get("model_type", "").startswith("deepseek_v4"):
+        complete_config(path)
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config

@@ -28,11 +28,18 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   stacks), DeepSeek-V3 NextN's ``eh_proj`` (deepseek_nextn.py: a plain ``nn.Linear`` but
   under Quark). A NextN draft's embedding and head are the target's
   (speculative/eagle_worker_v2.py ``set_embed_and_head``): not built from the draft's bytes.
+  DSpark's ``confidence_head.proj`` and ``markov_head.markov_w{1,2}`` (dspark.py
+  ``DSparkConfidenceHead``, ``DSparkMarkovHead``) are plain ``nn.Linear``/``nn.Embedding``.
 - DeepSeek-V4 ``wo_a`` (deepseek_v4.py ``wo_a_fp8_gemm_enabled``): FP8 through its own GEMM
   under ``Fp8Config`` with 128x128 blocks, "any other layout dequantizes wo_a to bf16 at load".
 
-Families modelled: DeepSeek-V4 (NextN and DSpark) and DeepSeek-V3 NextN, under no
-quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
+- GLM-4-MoE NextN (models/glm4_moe_nextn.py ``Glm4MoeModelNextN``): under a ``modelopt_fp4``
+  quant config the draft is built with ``quant_config=None`` (BF16) whatever it stores;
+  ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
+  ``nn.Module`` with its own F32 parameter.
+
+Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN and GLM-4-MoE NextN,
+under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
 (ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
 """
 
@@ -50,7 +57,13 @@ from specguard.formats.table import Module
 from specguard.layouts import Layout, layout_for
 from specguard.layouts import roles as r
 from specguard.layouts.base import SGLANG
-from specguard.layouts.registry import DEEPSEEK_V3_TYPES, DEEPSEEK_V4_TYPES, is_deepseek_v41, text_config
+from specguard.layouts.registry import (
+    DEEPSEEK_V3_TYPES,
+    DEEPSEEK_V4_TYPES,
+    GLM4_MOE_TYPES,
+    is_deepseek_v41,
+    text_config,
+)
 
 ENGINE = "SGLang 0.5.23"
 PLAN_ENGINE = "sglang-0.5.23"
@@ -61,6 +74,9 @@ NVFP4 = Scheme(s.NVFP4, s.MODELOPT, group_size=16, scale_dtype="F8_E4M3", weight
 MXFP4 = Scheme(s.MXFP4, s.DEEPSEEK, group_size=32, scale_dtype="F8_E8M0")
 # model_loader/weight_utils.py ``_ROUTED_EXPERT_KEY_RE``
 _ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|gate_proj)\.weight$")
+# QuantizationConfig.get_name() of each class: a --speculative-draft-model-quantization naming the
+# checkpoint's own method builds the same class
+_NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4"}
 _NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
 
 
@@ -82,7 +98,9 @@ class Sglang0523:
         self.config = config
         self.text = text_config(config)
         self.platform = platform
-        self.layout: Layout = layout_for(config, draft_method=draft_method, engine=SGLANG)
+        # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
+        self.layout: Layout = layout_for(config, draft_method=None if draft_config is not None else draft_method,
+                                         engine=SGLANG)
         self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
         self.draft_quantization = draft_quantization
         quant = config.get("quantization_config") or self.text.get("quantization_config")
@@ -128,13 +146,28 @@ class Sglang0523:
             return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
-        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES:
-            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4 and -V3 only)"
+        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES:
+            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return None
 
     # -- the EngineModel protocol -------------------------------------------------
+
+    def plain_draft_fix(self, stored: str) -> str | None:
+        """SG204's fix where SGLang builds the draft without a quant config whatever the config
+        declares (None: the config decides, its usual fix applies)."""
+        if self.draft_quantization == "unquant" and self.quant_class is not None:
+            return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
+                    "takes the checkpoint's quant config), or store them unquantized")
+        if self._draft_quant() is None and self.quant_class is not None:
+            return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
+                    "draft without a quant config whatever the config declares (glm4_moe_nextn.py)")
+        return None
+
+    def unmodelled(self) -> str | None:
+        """Why this model restates nothing of SGLang's build for the checkpoint (None: it does)."""
+        return self._why_unknown
 
     def v41_ignore_name(self, prefix: str, num_hidden_layers: int) -> str | None:
         return None  # SGLang has no DeepSeek-V4.1 ``ignore`` reading of vLLM's kind
@@ -156,6 +189,10 @@ class Sglang0523:
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         if prefix.endswith(_NO_QUANT_CONFIG) or ".self_attn.compressor." in prefix:
             return True
+        if prefix.startswith(("confidence_head.", "markov_head.")):
+            return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
+        if self.layout.family == "glm4_moe":
+            return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
 
@@ -174,11 +211,13 @@ class Sglang0523:
             return EngineChoice(Scheme(s.UNKNOWN, reason=self._why_unknown), NOT_MODELLED, self._why_unknown, cls)
         if kind in (r.NORM, r.OTHER):
             return self._plain(cls, "Parameter", "not a quantizable layer")
+        if cls is not None and cls.startswith("?"):
+            why = f"the draft's quantization {cls[1:]!r} (--speculative-draft-model-quantization) is not modelled"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
         if self.built_without_quant_config(runtime_prefix, kind):
             return self._plain(cls, _unquantized(kind), "the model builds this layer without the quant config")
         if cls is None:
-            return self._plain(None, _unquantized(kind), "no quant config"
-                               + (" (--speculative-draft-model-quantization unquant)" if draft else ""))
+            return self._plain(None, _unquantized(kind), "no quant config" + (self._no_draft_quant() if draft else ""))
         try:
             if cls == MODELOPT_FP4_CLASS:
                 return self._modelopt(runtime_prefix, kind, cls)
@@ -228,9 +267,20 @@ class Sglang0523:
     def _draft_quant(self) -> str | None:
         if self.draft_quantization == "unquant":
             return None
-        if self.draft_quantization is not None:
+        cls = self.quant_class
+        if self.draft_quantization is not None and self.draft_quantization != _NAMES.get(cls or ""):
+            # another method than the checkpoint's: ModelConfig._verify_quantization converts or refuses
             return f"?{self.draft_quantization}"
-        return self.quant_class
+        if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
+            return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+        return cls
+
+    def _no_draft_quant(self) -> str:
+        if self.draft_quantization == "unquant":
+            return " (--speculative-draft-model-quantization unquant)"
+        if self.quant_class is not None:
+            return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
+        return ""
 
     def _draft_quant_is(self, name: str) -> bool:
         return str(self.quant.get("quant_method") or "").lower() == name

@@ -121,6 +121,23 @@ _V4_RENAME_SUFFIX = (("head.weight", "lm_head.weight"), ("embed.weight", "embed_
                      (".ffn.gate.bias", ".ffn.gate.e_score_correction_bias"))
 
 
+# config/speculative.py: DSpark drafters that keep their own architecture; any other DSpark
+# draft of a DeepSeek-V4(.1) target is the target's config renamed DSparkDraftModel
+# (DSparkV41DraftModel for model_type deepseek_v41).
+_OWN_DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Gemma4DSparkModel", "K3DSparkModel",
+                                       "Qwen3OmniDSparkModel", "MuseSparkDSparkModel"})
+
+
+def dspark_drafter(config: Mapping[str, Any], draft_config: Mapping[str, Any] | None = None) -> str:
+    """The architecture vLLM 0.33 builds a DSpark draft as (``SpeculativeConfig.__post_init__``):
+    a self-contained drafter's own class, else ``DSparkDraftModel`` / ``DSparkV41DraftModel``."""
+    own = [str(a) for a in (draft_config or {}).get("architectures") or ()]
+    hit = next((a for a in own if a in _OWN_DSPARK_ARCHITECTURES), None)
+    if hit is not None:
+        return hit
+    return "DSparkV41DraftModel" if config.get("model_type") == "deepseek_v41" else "DSparkDraftModel"
+
+
 class EngineRaises(ValueError):
     """vLLM itself raises ValueError here (modelled, not specguard's error): the layer cannot be built."""
 
@@ -235,11 +252,24 @@ class Vllm033:
         self.quantization_config: Mapping[str, Any] = qc if isinstance(qc, Mapping) else {}
         # The build plan recorded from vLLM 0.33 for this architecture (plans/vllm-0.33/):
         # where it has the answer, the hand-written rules below are not asked.
-        self.plan: plans.Plan | None = plans.plan_for_config(
-            config, self.plan_engine, drafter=draft_config if self.draft_kind == r.EAGLE else None)
-        if self.plan is not None and not self.plan.answers_for(platform):
-            self.plan = None  # recorded from another platform's classes (DeepSeek-V4: nvidia/)
+        self.plan: plans.Plan | None = self._recorded_plan(config, draft_config)
         self._no_plan = self.no_plan()
+
+    def _recorded_plan(self, config: Mapping[str, Any], draft_config: Mapping[str, Any] | None) -> plans.Plan | None:
+        """The plan recorded for this target and the draft it is served with, where it describes
+        this platform's build: an EAGLE drafter's over its target, a DeepSeek-V4 DSpark draft's
+        (``+DSparkDraftModel``), else the target's own (with its MTP draft). None where none
+        answers: the hand-written rules below then decide (CPU/ROCm DeepSeek-V4, V4.1)."""
+        found: list[plans.Plan | None] = []
+        if self.draft_kind == r.EAGLE:
+            found.append(plans.plan_for_config(config, self.plan_engine, drafter=draft_config))
+        else:
+            if self.draft_kind == r.DSPARK:
+                found.append(plans.plan_for_config(config, self.plan_engine,
+                                                   drafter={"architectures": [dspark_drafter(config, draft_config)]}))
+            found.append(plans.plan_for_config(config, self.plan_engine))
+        # a plan recorded from another platform's classes (DeepSeek-V4: nvidia/) does not answer here
+        return next((p for p in found if p is not None and p.answers_for(self.platform)), None)
 
     # -- which class, which lists --------------------------------------------
 
@@ -530,6 +560,11 @@ class Vllm033:
         side = self._plan_side(model)
         if side is not None:
             return side.packed_modules_mapping
+        if model == DSPARK_MODEL and self.layout.family == "deepseek_v4":
+            # No DeepSeek-V4(.1) DSpark class (nvidia/, amd/, xpu/ dspark.py) declares one, nor is
+            # SupportsQuant: configure_quant_config leaves the fresh draft config's {} (the CUDA
+            # plan, DeepseekV4ForCausalLM+DSparkDraftModel.json, records none either)
+            return {}
         if self.v41 and model != DSPARK_MODEL:
             return {}  # the VL wrapper class declares no packed_modules_mapping
         if model == DSPARK_MODEL or self.model_type not in DEEPSEEK_V4_TYPES:
@@ -630,8 +665,10 @@ class Vllm033:
         if cls not in (V4_CLASS, V41_CLASS) or expert_dtype == "fp8":
             if d.store_dtype == "mxfp4":
                 return EngineChoice(Scheme(s.MXFP4, group_size=32), "Mxfp4MoEMethod", "Fp8Config store_dtype", cls)
-            return EngineChoice(fp8_linear_scheme(block, e8m0, False), "Fp8MoEMethod",
-                                f"{where}: expert_dtype={expert_dtype} -> Fp8Config", cls)
+            # each stack's text says what that engine reads: Fp8Config has no expert_dtype
+            why = (f"expert_dtype={expert_dtype} -> Fp8Config" if cls in (V4_CLASS, V41_CLASS)
+                   else "routed experts, not in ignored_layers")
+            return EngineChoice(fp8_linear_scheme(block, e8m0, False), "Fp8MoEMethod", f"{where}: {why}", cls)
         if cls == V41_CLASS:
             nvfp4, why = self._v41_is_nvfp4(d, prefix, algo)
         else:

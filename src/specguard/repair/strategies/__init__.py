@@ -10,9 +10,10 @@ from specguard.repair.strategies import (
     exclude,
     missing_tensors,
     reencode,
+    sglang_hybrid,
     v41_ignore,
 )
 
-STRATEGIES = (missing_tensors, reencode, v41_ignore, exclude, draft_layers, dead_patterns)
+STRATEGIES = (missing_tensors, reencode, v41_ignore, sglang_hybrid, exclude, draft_layers, dead_patterns)
 
 __all__ = ["STRATEGIES"]

@@ -1,0 +1,90 @@
+"""Published-config copies routed with ``--engine sglang-0.5.23`` (tests/data/published/SOURCES.md;
+scripts/published_sparse.py writes them): what SGLang 0.5.23 loads as stored, what it cannot be
+vouched for (SG205), and no finding that only vLLM's names would raise.
+
+GLM-4.7 NVFP4's three variants are also recorded from SGLang's own code
+(plans/sglang-0.5.23/glm4_moe.json, checked in test_sglang_engine.py and re-recorded in
+test_sglang_recorded.py); the draft's quant-config drop is read from glm4_moe_nextn.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from specguard.cli import main
+from specguard.lint import lint
+from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
+from tests.engines import overlays
+
+KEY = "sglang-0.5.23"
+_spec = importlib.util.spec_from_file_location("published_sparse", overlays.ROOT / "scripts/published_sparse.py")
+assert _spec is not None and _spec.loader is not None
+published = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("published_sparse", published)
+_spec.loader.exec_module(published)
+
+# Lint codes under SGLang 0.5.23, per copy (4 main layers + every draft layer).
+EXPECTED = {
+    # GLM-4.7 NVFP4 with its nextn layer grafted BF16: SGLang builds that draft with no quant config
+    # (glm4_moe_nextn.py, modelopt_fp4), so every variant loads as stored, where vLLM misroutes two.
+    "glm-4.7-nvfp4": set(),
+    "glm-4.7-nvfp4-mtp-not-excluded": set(),
+    "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names": set(),
+    # compressed-tensors under SGLang is not modelled: unknown, and no SG101 on its dead-looking entries
+    "glm-4.5-air-fp8": {"SG205"},
+    "glm-4.5-air-fp8-mtp-bf16-not-excluded": {"SG205"},
+    "gpt-oss-20b": {"SG205"},  # SGLang's gpt-oss (mxfp4) is not modelled
+    # ERNIE / Qwen3-Next drafts found by vLLM's plan under SGLang too: no SG301/SG302 false alarm
+    "ernie-4.5-21b-a3b": {"SG205"},
+    "qwen3-next-fp8": {"SG205"},
+    # DSpark's confidence head is a plain nn.Linear in SGLang (dspark.py): its F32 bytes load as stored
+    "deepseek-v4-flash-dspark": set(),
+    "deepseek-v3-fp8": set(),
+    "deepseek-r1-nvfp4": {"SG301"},  # no MTP layer stored though the config promises one
+}
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("published-sglang")
+    names = [*EXPECTED, "llama-3.1-8b-fp8", "eagle3-llama3.1-8b"]
+    return {name: published.build(name, base / name, 4) for name in names}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_published_copy_under_sglang(copies: dict[str, Path], name: str) -> None:
+    r = Resolver.open(copies[name], engine=KEY)
+    findings = lint([r]).findings
+    assert {f.code for f in findings} == EXPECTED[name], [f"{f.code}: {f.message}" for f in findings]
+
+
+def test_glm_nvfp4_draft_is_built_bf16_by_sglang_and_nvfp4_by_vllm(copies: dict[str, Path]) -> None:
+    path = copies["glm-4.7-nvfp4-mtp-not-excluded"]
+    sglang = {rt.prefix: rt for rt in Resolver.open(path, engine=KEY).routes()}
+    vllm = {rt.prefix: rt.verdict for rt in Resolver.open(path, engine="vllm-0.33").routes()}
+    assert vllm["model.layers.4.mlp.experts"] == MISROUTED
+    experts = sglang["model.decoder.mlp.experts"]  # SGLang's own prefix for the nextn layer's experts
+    assert experts.verdict == OK and experts.vllm is not None and not experts.vllm.scheme.quantized
+    assert experts.role.is_draft
+    assert sglang["model.eh_proj"].verdict == OK and sglang["model.layers.3.mlp.experts"].verdict == OK
+    assert {rt.verdict for rt in sglang.values()} == {OK}
+
+
+def test_route_all_on_glm_shows_the_engines_differ(copies: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["route", str(copies["glm-4.7-nvfp4-mtp-not-excluded"]), "--engine", "all"]) == 1
+    out = capsys.readouterr().out
+    assert "vllm-0.33: nvfp4 misrouted" in out and "sglang-0.5.23: bf16 ok" in out
+    assert "the engines differ on 6 module(s)" in out
+
+
+def test_a_separate_eagle3_drafter_is_unknown_under_sglang(copies: dict[str, Path]) -> None:
+    target = Resolver.open(copies["llama-3.1-8b-fp8"], engine=KEY, own_draft=False)
+    drafter = Resolver.open(copies["eagle3-llama3.1-8b"], engine=KEY, draft_method="eagle", target=target)
+    quantizable = [rt for rt in drafter.routes() if rt.kind in ("linear", "routed_experts")]
+    assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
+    assert "separate drafter checkpoint" in quantizable[0].reason
