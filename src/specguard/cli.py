@@ -134,7 +134,8 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "factory": 
 
 EXIT_CODES = "exit codes: 0 ok; {what}2 bad input or usage (one line on stderr); {unvouched}130 interrupted"
 UNVOUCHED = ("3 could not vouch: nothing else wrong, but specguard does not model what the engine builds for "
-             "some module (a verdict `unknown`, SG205); ")
+             "some module (a verdict `unknown`, SG205); with --engine all the same over every engine's answers: "
+             "1 beats 3 beats 0; ")
 
 
 def exit_codes(what: str = "", vouches: bool = False) -> str:
@@ -208,7 +209,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = _command(sub, "lint", "every contradiction between config and disk, as stable rules",
                  "a finding (other than SG205) at least as severe as --fail-on", vouches=True)
     _source_args(p)
-    _draft_args(p, "separate drafter checkpoint, linted with the target")
+    _draft_args(p, "separate drafter checkpoint, linted with the target", every_engine=True)
     p.add_argument("--format", choices=["text", "json", "sarif"], default="text",
                    help="text (one finding per line in a pipe), JSON, or SARIF 2.1.0 (default: text)")
     p.add_argument("--json", action="store_const", dest="format", const="json",

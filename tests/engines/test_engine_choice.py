@@ -1,4 +1,4 @@
-"""Choosing the engine per run: ``--engine NAME|all`` on route, ``--engine NAME`` on lint
+"""Choosing the engine per run: ``--engine NAME|all`` on route and lint
 (docs/engines.md). What each engine builds is checked against its own code in
 test_engine_versions.py; these check that the choice reaches the output."""
 
@@ -54,3 +54,41 @@ def test_route_engine_all_matrix_and_json(tmp_path: Path, capsys) -> None:
     assert len(per_engine["vllm-0.33"]) == len(per_engine["vllm-0.32"]) > 0
     assert {r["verdict"] for r in per_engine["vllm-0.33"]} == {"ok"}
     assert "misrouted" in {r["verdict"] for r in per_engine["vllm-0.32"]}
+
+
+def _worst(codes: list[int]) -> int:
+    """A misroute or failure (1) beats could-not-vouch (3) beats clean (0)."""
+    return 1 if 1 in codes else 3 if 3 in codes else 0
+
+
+# (scenario, route's code per engine in registry order): q0 loads as stored on vLLM and is not
+# modelled on SGLang (unknown only); q1 is misrouted on vLLM and unknown on SGLang; s6 is clean.
+EXITS = {"q0": [0, 0, 3], "q1": [1, 1, 3], "s6": [0, 0, 0]}
+
+
+def test_engine_all_exits_as_the_worst_single_engine(tmp_path: Path, capsys) -> None:
+    engines = registry.keys()
+    assert engines == ("vllm-0.33", "vllm-0.32", "sglang-0.5.23")
+    for name, want in EXITS.items():
+        ckpt = str(write_scenario(name, tmp_path / name).path)
+        for command in ("route", "lint"):
+            single = [main([command, ckpt, "--engine", key]) for key in engines]
+            if command == "route":
+                assert single == want, name
+            capsys.readouterr()
+            assert main([command, ckpt, "--engine", "all"]) == _worst(single), (name, command, single)
+            if command == "route":
+                assert main([command, ckpt, "--engine", "all", "--json"]) == _worst(single), name
+            capsys.readouterr()
+
+
+def test_lint_engine_all_names_each_engine(tmp_path: Path, capsys) -> None:
+    ckpt = str(_s8_exclude_modules(tmp_path / "s8x"))
+    assert main(["lint", ckpt, "--engine", "all", "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    by_engine = {f["engine"] for f in findings}
+    assert "vLLM 0.32" in by_engine and "vLLM 0.33" not in by_engine  # 0.33 loads it as stored
+    assert main(["lint", ckpt, "--engine", "all"]) == 1
+    out = capsys.readouterr().out
+    for engine in registry.keys():  # noqa: SIM118 (a function, not a dict)
+        assert f"[{engine}]:" in out  # every engine's summary line, clean ones included

@@ -155,3 +155,36 @@ def test_published_deepseek_v4_routes_alike_on_both(name: str, tmp_path: Path) -
 
 
 ENGINES = ("vllm-0.33", "vllm-0.32")
+
+
+# The vLLM plugin on 0.32 (engines/registry.py marks vllm-0.32 ``plugin=True`` on this evidence):
+# tests/integrations/plugin_checks.py run in the probe against 0.32's own classes.
+def _plugin_032(vllm_032: Path) -> dict:
+    return json.loads((vllm_032 / "plugin.json").read_text())
+
+
+def test_plugin_contract_holds_on_032(vllm_032: Path) -> None:
+    from specguard.engines.registry import plugin_engine
+
+    assert _plugin_032(vllm_032)["contract"] == []  # every patched/called name, with its signature
+    assert plugin_engine("0.32.0") is not None and plugin_engine("0.32.0").key == "vllm-0.32"
+
+
+def test_plugin_routes_and_loads_s1_draft_as_stored_on_032(vllm_032: Path) -> None:
+    s1 = _plugin_032(vllm_032)["s1"]
+    assert "error" not in s1, s1.get("error")
+    for registry in ("cpu", "cuda"):  # vllm.models.deepseek_v4 / deepseek_v41's quant config
+        assert s1[registry]["vllm"] == {"0": "ModelOptNvFp4FusedMoE", "2": "ModelOptNvFp4FusedMoE"}
+        assert s1[registry]["plugin"] == {"0": "ModelOptNvFp4FusedMoE", "2": "Mxfp4MoEMethod"}
+        assert s1[registry]["decisions"] == ["model.layers.2.ffn.experts:mxfp4->mxfp4"]
+    assert s1["load"] == "clean"  # LoadGuard (raising) around 0.32's own draft weight load
+
+
+@pytest.mark.parametrize("kind", ["truncated", "missing", "lying"])
+def test_plugin_on_hostile_checkpoints_is_vllm_plus_one_warning_on_032(vllm_032: Path, kind: str) -> None:
+    got = _plugin_032(vllm_032)["hostile"][kind]
+    assert "error" not in got, got.get("error")
+    assert got["plugin"] == got["vllm"]  # the same methods, the same load outcome (vLLM's own error)
+    assert got["vllm"]["load"] != "clean"  # vLLM itself refuses these files at load
+    assert len(got["warnings"]) == 1 and "cannot read" in got["warnings"][0], got["warnings"]
+    assert got["decisions"] == 0

@@ -2,7 +2,8 @@
 re-records vLLM 0.32's plans into OUT/plans, writes what its own code reads from the
 ModelOpt blocks the tests give it (OUT/modelopt.json), and what 0.32's own quant-config
 classes build for every runtime module of the published-config copies (OUT/truth.json,
-scripts/published_truth.py run under 0.32).
+scripts/published_truth.py run under 0.32), and what the vLLM plugin does against 0.32's
+classes (OUT/plugin.json, tests/integrations/plugin_checks.py).
 
     python -m tests.engines.vllm_032_probe OUT
 """
@@ -36,7 +37,21 @@ def main(out: Path) -> int:
     failed = record_all(out / "plans")
     (out / "failed.json").write_text(json.dumps(failed))
     (out / "truth.json").write_text(json.dumps(published_truth()))
+    (out / "plugin.json").write_text(json.dumps(plugin_on_032(out / "plugin-checkpoints")))
     return 0
+
+
+def plugin_on_032(root: Path) -> dict:
+    """The vLLM plugin against 0.32's own classes (tests/integrations/plugin_checks.py): its
+    contract, S1's draft routed and loaded as stored, hostile checkpoints."""
+    import os
+
+    from specguard.engines.vllm import recorder
+    from tests.integrations import plugin_checks
+
+    os.environ.update(recorder.CPU_ENV)  # 0.32 on CPU: the V1 model runner, as the recorder runs it
+    root.mkdir(parents=True, exist_ok=True)
+    return plugin_checks.run_all(root)
 
 
 def published_truth() -> dict:

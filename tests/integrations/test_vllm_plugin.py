@@ -67,7 +67,8 @@ def test_settings_defaults_values_and_errors() -> None:
 @pytest.mark.parametrize(
     ("version", "ok"),
     [("0.33.0", True), ("0.33.4", True), ("0.33.1rc1", True), ("0.33.0+cu130", True),
-     ("0.32.9", False), ("0.34.0", False), ("1.33.0", False), ("0.33", True), ("dev", False)],
+     ("0.32.0", True), ("0.32.9", True), ("0.31.0", False), ("0.34.0", False), ("1.33.0", False), ("0.33", True),
+     ("dev", False)],
 )
 def test_version_guard(version: str, ok: bool) -> None:
     assert version_supported(version) is ok
@@ -112,6 +113,28 @@ def test_other_vllm_versions_are_left_alone(
     assert getattr(_v4_class().__dict__["get_quant_method"], ORIGINAL, None) is None
     warnings = [r.getMessage() for r in specguard_log if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "vLLM 0.34.0 is not a version" in warnings[0]  # one warning, nothing patched
+    assert "(0.33.x, 0.32.x)" in warnings[0]  # the versions the registry says it runs on
+
+
+def test_a_registered_version_without_recorded_plans_is_left_alone(
+    clean: None, monkeypatch: pytest.MonkeyPatch, specguard_log: list[logging.LogRecord]
+) -> None:
+    """The supported versions come from the registry: an entry marked for the plugin whose plans
+    were never recorded (no plans/vllm-0.34/) gets one warning and no patch."""
+    from specguard.engines import registry
+    from specguard.engines.vllm.v0_33 import Vllm033
+
+    monkeypatch.setitem(registry._FACTORIES, "vllm-0.34",
+                        lambda: registry.Engine("vllm-0.34", "vLLM 0.34", Vllm033, plugin=True))
+    monkeypatch.setattr(registry, "_PLUGIN", {*registry._PLUGIN, "vllm-0.34"})
+    monkeypatch.setattr(plugin, "vllm_version", lambda: "0.34.1")
+    assert registry.engine("vllm-0.34").plugin and not version_supported("0.34.1")
+    register()
+    assert active() is None
+    assert getattr(_v4_class().__dict__["get_quant_method"], ORIGINAL, None) is None
+    warnings = [r.getMessage() for r in specguard_log if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "vLLM 0.34.1 is not a version" in warnings[0]
+    registry._BUILT.pop("vllm-0.34", None)
 
 
 _FRESH_PROCESS = textwrap.dedent(

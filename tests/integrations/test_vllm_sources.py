@@ -56,7 +56,7 @@ def test_plugin_resolves_a_repo_id_in_vllms_download_dir_at_vllms_revision(
     monkeypatch.setattr(s1_mtp.load_config, "download_dir", str(tmp_path / "downloads"))
     monkeypatch.setattr(s1_mtp.model_config, "model", "acme/s1")
     monkeypatch.setattr(s1_mtp.model_config, "revision", "v2")
-    disk._failed.clear()
+    disk.forget_failures()
     with set_current_vllm_config(s1_mtp):
         assert disk.engine_source_options("acme/s1") == ("v2", str(tmp_path / "downloads"))
         stored = disk.stored("acme/s1", "model.layers.2.ffn.experts", "mtp")

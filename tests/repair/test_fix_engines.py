@@ -156,3 +156,21 @@ def test_unvouched_modules_are_left_and_named(scenarios, tmp_path: Path,
     assert main(["fix", str(out), "--out", str(again)]) == EXIT_UNVOUCHED
     assert "nothing to repair that specguard can vouch for" in capsys.readouterr().out
     assert not again.exists()
+
+
+def test_fix_all_keeps_an_entry_another_engine_excludes_by(scenarios, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """S8-NVFP4's ``model.layers.2.self_attn*`` matches nothing under SGLang's prefixes (it builds
+    the MTP layer as ``model.decoder.*``) but is what vLLM excludes the BF16 MTP attention by: the
+    repair for every engine adds SGLang's names and keeps vLLM's entry (before: it dropped it as
+    dead and then refused, vLLM 0.33 "still misrouted after the repair")."""
+    src, engines = scenarios["s8-nvfp4"].path, registry.keys()
+    assert {e: _verdicts(src, e) for e in engines} == {
+        "vllm-0.33": {OK}, "vllm-0.32": {OK}, "sglang-0.5.23": {OK, "misrouted"}}
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 0
+    capsys.readouterr()
+    ignore = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+    assert "model.layers.2.self_attn*" in ignore and "model.decoder.self_attn.o_proj" in ignore
+    for engine in engines:  # re-routed under each engine: every module as stored
+        assert _verdicts(out, engine) == {OK}, engine

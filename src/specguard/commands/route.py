@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from typing import cast
 
 from rich.console import Console
@@ -51,8 +52,7 @@ def run_route(args: argparse.Namespace) -> int:
         return run_matrix(args)
     rs = resolvers(args)
     routes = [(r, rt) for r in rs for rt in r.routes()]
-    verdicts = {rt.verdict for _, rt in routes} - {OK}
-    code = 1 if verdicts - {UNKNOWN} else EXIT_UNVOUCHED if verdicts else 0
+    code = exit_code(rt.verdict for _, rt in routes)
     try:
         if args.json:
             write_json(rs[0].checkpoint.name, [route_record(r, rt) for r, rt in routes], ROUTE_SCHEMA_VERSION)
@@ -65,16 +65,29 @@ def run_route(args: argparse.Namespace) -> int:
     return code
 
 
+def exit_code(verdicts: Iterable[Verdict]) -> int:
+    """1 where any module is misrouted, missing or refused; else 3 (could not vouch) where one
+    is unknown; else 0. The same over one engine's routes or every engine's (``--engine all``)."""
+    seen = set(verdicts) - {OK}
+    return 1 if seen - {UNKNOWN} else EXIT_UNVOUCHED if seen else 0
+
+
 def run_matrix(args: argparse.Namespace) -> int:
     """``--engine all``: every modelled engine's build and verdict per module, side by side."""
     by_engine = {key: [(r, rt) for r in resolvers(args, key) for rt in r.routes()] for key in engine_keys()}
-    if args.json:
-        first = next(iter(by_engine.values()))
-        write_json(first[0][0].checkpoint.name if first else args.source,
-                   [route_record(r, rt) for routes in by_engine.values() for r, rt in routes], ROUTE_SCHEMA_VERSION)
-    else:
-        render_matrix(by_engine, console(), show_ok=args.all)
-    return 1 if any(rt.verdict != OK for routes in by_engine.values() for _, rt in routes) else 0
+    code = exit_code(rt.verdict for routes in by_engine.values() for _, rt in routes)
+    try:
+        if args.json:
+            first = next(iter(by_engine.values()))
+            write_json(first[0][0].checkpoint.name if first else args.source,
+                       [route_record(r, rt) for routes in by_engine.values() for r, rt in routes],
+                       ROUTE_SCHEMA_VERSION)
+        else:
+            render_matrix(by_engine, console(), show_ok=args.all)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `specguard route --engine all | head -1`: the answer stands
+        return reader_gone(code)
+    return code
 
 
 def render_matrix(by_engine: dict[str, list[tuple[Resolver, Route]]], out: Console, *, show_ok: bool) -> None:

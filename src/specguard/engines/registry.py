@@ -27,6 +27,9 @@ class Engine:
     name: str  # as messages print it: "vLLM 0.33"
     model: Callable[..., Any]  # (config, hf_quant_config, **options) -> EngineModel
     layout: str = "vllm"  # whose runtime prefixes its routes use (layouts.layout_for's engine)
+    # the vLLM plugin's patches were run against this version's own classes (docs/engines.md
+    # "The plugin per version"): on it the plugin routes by the disk, on any other it patches nothing
+    plugin: bool = False
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -37,13 +40,13 @@ class Engine:
 def _vllm_033() -> Engine:
     from specguard.engines.vllm.v0_33 import ENGINE, Vllm033
 
-    return Engine("vllm-0.33", ENGINE, Vllm033)
+    return Engine("vllm-0.33", ENGINE, Vllm033, plugin="vllm-0.33" in _PLUGIN)
 
 
 def _vllm_032() -> Engine:
     from specguard.engines.vllm.v0_32 import ENGINE, PLAN_ENGINE, Vllm032
 
-    return Engine(PLAN_ENGINE, ENGINE, Vllm032)
+    return Engine(PLAN_ENGINE, ENGINE, Vllm032, plugin=PLAN_ENGINE in _PLUGIN)
 
 
 def _sglang_0523() -> Engine:
@@ -55,6 +58,9 @@ def _sglang_0523() -> Engine:
 _FACTORIES: dict[str, Callable[[], Engine]] = {"vllm-0.33": _vllm_033, "vllm-0.32": _vllm_032,
                                                "sglang-0.5.23": _sglang_0523}
 _BUILT: dict[str, Engine] = {}
+# The versions the vLLM plugin runs on (an entry's ``plugin``): its patches were run against
+# their classes (tests/integrations/plugin_checks.py; 0.32 in tests/engines/vllm_032_probe.py).
+_PLUGIN: set[str] = {"vllm-0.33", "vllm-0.32"}
 
 
 def installed() -> str:
@@ -67,6 +73,45 @@ def installed() -> str:
     except PackageNotFoundError:
         return DEFAULT
     return key if key in _FACTORIES else DEFAULT
+
+
+def vllm_key(version: str) -> str | None:
+    """The registry key a vLLM release falls under (``0.32.1rc1`` -> ``vllm-0.32``), None if unparsable."""
+    parts = version.split(".")
+    try:
+        return f"vllm-{int(parts[0])}.{int(parts[1])}"
+    except (IndexError, ValueError):
+        return None
+
+
+def plugin_engine(version: str) -> Engine | None:
+    """The engine the vLLM plugin routes as on vLLM ``version``: a registered vLLM entry whose
+    plans are recorded and whose classes the patches were checked against; else None (the
+    plugin then patches nothing)."""
+    key = plugin_key(version)
+    return engine(key) if key is not None else None
+
+
+def plugin_key(version: str) -> str | None:
+    """``plugin_engine``'s key, answered without importing the engine model (the plugin asks at
+    vLLM's start-up, where importing specguard's stages costs every model)."""
+    key = vllm_key(version)
+    return key if key in _PLUGIN and key in _FACTORIES and _plans_recorded(key) else None
+
+
+def _plans_recorded(key: str) -> bool:
+    """plans/<key>/ holds recorded plans (read off the disk: importing specguard.plans would pull
+    its dependencies, e.g. orjson, into vLLM's start-up)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "plans" / key
+    return folder.is_dir() and any(p.suffix == ".json" and not p.name.startswith("_") for p in folder.iterdir())
+
+
+def plugin_versions() -> tuple[str, ...]:
+    """The vLLM minor versions the plugin runs on, as messages print them (``0.33.x``)."""
+    return tuple(k.removeprefix("vllm-") + ".x" for k in _FACTORIES
+                 if k.startswith("vllm-") and plugin_key(k.removeprefix("vllm-")) is not None)
 
 
 def keys() -> tuple[str, ...]:
@@ -98,10 +143,13 @@ def launched_with(key: str, **options: Any) -> Iterator[None]:
         _BUILT[key] = base
 
 
-def register(key: str, factory: Callable[[], Engine]) -> None:
-    """Add an engine version (``factory`` builds its entry on first use)."""
+def register(key: str, factory: Callable[[], Engine], *, plugin: bool = False) -> None:
+    """Add an engine version (``factory`` builds its entry on first use; ``plugin``: the vLLM
+    plugin runs on it, once its patches were run against its classes)."""
     _FACTORIES[key] = factory
     _BUILT.pop(key, None)
+    (_PLUGIN.add if plugin else _PLUGIN.discard)(key)
 
 
-__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "launched_with", "register"]
+__all__ = ["DEFAULT", "Engine", "engine", "installed", "keys", "launched_with", "plugin_engine", "plugin_key",
+           "plugin_versions", "register", "vllm_key"]

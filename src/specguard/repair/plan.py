@@ -284,6 +284,9 @@ class Plan:
     refused: list[Unrepairable] = field(default_factory=list)  # lenient plans (lint's): what no strategy repairs
     unvouched: list[Problem] = field(default_factory=list)  # verdict unknown: no repair planned, none vouched for
     engines: tuple[str, ...] = (DEFAULT_ENGINE,)  # engine keys the plan routes under
+    # every run's resolvers (one run per engine and platform class), overlays' order: an edit
+    # such as dropping a dead entry must hold under each, not only where a problem was found
+    runs: list[Sequence[Resolver]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -362,7 +365,8 @@ def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *,
             overlay.index_outside_drafts(res)
             overlay.rename_unmapped_experts(res)
     plan = Plan(tuple(dict.fromkeys(p for p, _ in resolvers_by_platform)), overlays, problems, unvouched=unvouched,
-                engines=tuple(dict.fromkeys(rs[0].engine for _, rs in resolvers_by_platform)))
+                engines=tuple(dict.fromkeys(rs[0].engine for _, rs in resolvers_by_platform)),
+                runs=[rs for _, rs in resolvers_by_platform])
     if plan.clean:
         return plan
     from specguard.repair.strategies import STRATEGIES

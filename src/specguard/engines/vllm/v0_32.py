@@ -47,6 +47,7 @@ class Vllm032(Vllm033):
     plan_engine = PLAN_ENGINE
     realigns_mtp_on_rocm = False
     reads_config_json_exclude_modules = False
+    deepseek_v4_mxfp4_activation = None  # Mxfp4MoEMethod(layer.moe_config): no activation key
 
     def __init__(self, config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None,
                  **options: Any) -> None:

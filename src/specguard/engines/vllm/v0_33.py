@@ -189,6 +189,9 @@ class Vllm033:
     # modelopt.py ModelOptQuantConfigBase.from_config reads config.json's list from ``ignore``,
     # else ``exclude_modules`` (0.32: ``ignore`` only); the fix planner writes the key every engine reads
     reads_config_json_exclude_modules = True
+    # models/deepseek_v4{,1}/quant_config.py build MXFP4 experts with this activation key
+    # (quant_utils name; 0.32: none): the vLLM plugin builds its MXFP4 method the same way
+    deepseek_v4_mxfp4_activation: str | None = "kMxfp8Dynamic"
 
     # What the other stages ask of this engine, on the value: they import no engine module
     # (tests/test_architecture.py), so another engine answers with its own facts.

@@ -55,11 +55,8 @@ def stored(source: str, runtime_prefix: str, draft_method: str | None = None) ->
         return None  # a module the checkpoint does not name: vLLM's own choice stands
     except Exception as exc:
         with _failed_lock:
-            first = key not in _failed
             _failed.add(key)
-        if first:
-            log.warning("specguard: cannot read %s (%s: %s); vLLM's routing is kept",
-                        source, type(exc).__name__, exc)
+        say_unreadable(source, exc)
         return None
     scheme = route.stored
     if scheme is None or scheme.format in (UNKNOWN, AMBIGUOUS, MIXED):
@@ -74,19 +71,40 @@ _UNMODELLED = ("no plan", "unknown")  # engines.vllm.v0_33.NO_PLAN, engines.NOT_
 
 _failed: set[tuple[str, str | None]] = set()
 _failed_lock = threading.Lock()
+_said: set[str] = set()
+
+
+def forget_failures() -> None:
+    """Read every checkpoint afresh (tests; a checkpoint repaired while vLLM runs)."""
+    with _failed_lock:
+        _failed.clear()
+        _said.clear()
+
+
+def say_unreadable(source: str, exc: BaseException) -> None:
+    """One warning per checkpoint specguard cannot read, however many of its readers fail."""
+    where = os.path.realpath(source) if os.path.exists(source) else source
+    with _failed_lock:
+        first = where not in _said
+        _said.add(where)
+    if first:
+        log.warning("specguard: cannot read %s (%s: %s); vLLM's routing is kept",
+                    source, type(exc).__name__, exc)
 
 
 def _resolver(source: str, draft_method: str | None) -> Resolver:
-    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized).
+    """The checkpoint's Resolver (one header pass per checkpoint per process, memoized), modelling
+    the vLLM version this process runs.
 
     Read what the engine itself reads: the revision and download directory vLLM
     resolves the model with, and shards that are symlinks to another disk.
     """
+    from specguard.integrations.vllm.settings import running_engine
     from specguard.resolve import Resolver
 
     revision, cache_dir = engine_source_options(source)
     return Resolver.open(source, draft_method=draft_method, revision=revision, cache_dir=cache_dir,
-                         follow_links=True)
+                         follow_links=True, engine=running_engine())
 
 
 def engine_source_options(source: str) -> tuple[str | None, str | None]:

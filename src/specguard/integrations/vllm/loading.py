@@ -118,7 +118,13 @@ def wrap_filter_files(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             extra = draft_files_outside_index(hf_folder, hf_weights_files, kept)
         except Exception as exc:
-            safety.warn_once("reading the draft's files outside the index", exc)
+            from specguard.errors import SpecguardError
+            from specguard.integrations.vllm import disk
+
+            if isinstance(exc, SpecguardError):  # the checkpoint, not specguard: said once per checkpoint
+                disk.say_unreadable(hf_folder, exc)
+            else:
+                safety.warn_once("reading the draft's files outside the index", exc)
             return kept
         for path, count in extra.items():
             log.info("specguard: reading %s, which the index never names: it stores %d draft tensor(s) "

@@ -1,4 +1,4 @@
-"""vLLM quant methods <-> specguard formats, for vLLM 0.33.
+"""vLLM quant methods <-> specguard formats, for the vLLM versions the plugin runs on (0.32, 0.33).
 
 Two directions: which format a method vLLM chose reads (``built_format``), and
 which method reads a stored format (``build_method``). Imported only from the
@@ -125,10 +125,9 @@ def _experts_method(stored: Scheme, fmt: str, config: Any, layer: Any) -> Any | 
         return UnquantizedFusedMoEMethod(layer.moe_config)
     if fmt == s.MXFP4:
         from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
-        from vllm.model_executor.layers.quantization.utils.quant_utils import kMxfp8Dynamic
 
-        # The DeepSeek-V4 configs build their native MXFP4 experts this way.
-        key = kMxfp8Dynamic if _is_deepseek_v4(config) else None
+        # The DeepSeek-V4 configs build their native MXFP4 experts this way (per version).
+        key = _deepseek_v4_activation() if _is_deepseek_v4(config) else None
         return Mxfp4MoEMethod(layer.moe_config, activation_key=key)
     if fmt == s.NVFP4 and stored.convention in (None, s.MODELOPT):
         from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
@@ -161,6 +160,17 @@ def _vllm_fp8_names(stored: Scheme) -> bool:
 
 def _is_deepseek_v4(config: Any) -> bool:
     return type(config).__name__ == "DeepseekV4FP8Config"
+
+
+def _deepseek_v4_activation() -> Any:
+    """The activation key the running vLLM's DeepSeek-V4 configs give their MXFP4 experts."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils
+
+    from specguard.engines.registry import engine
+    from specguard.integrations.vllm.settings import running_engine
+
+    name = getattr(engine(running_engine()).model, "deepseek_v4_mxfp4_activation", None)
+    return getattr(quant_utils, name) if name else None
 
 
 def _nvfp4_config(config: Any) -> Any:

@@ -67,6 +67,13 @@ _active: Settings | None = None
 def register() -> None:
     """``vllm.general_plugins`` entry point: cheap, idempotent, never raises."""
     try:
+        _register()
+    except Exception as exc:  # specguard's own failure: vLLM starts as without the plugin
+        safety.warn_once("starting the plugin", exc)
+
+
+def _register() -> None:
+    try:
         settings = read_settings()
     except SettingsError as exc:
         log.warning("specguard: %s; plugin inactive, vLLM's routing is unchanged", exc)
@@ -76,9 +83,12 @@ def register() -> None:
         return
     version = vllm_version()
     if version is None or not version_supported(version):
+        from specguard.engines.registry import plugin_versions
+
         log.warning(
-            "specguard: vLLM %s is not a version this plugin was tested against (0.33.x); "
+            "specguard: vLLM %s is not a version this plugin was tested against (%s); "
             "plugin inactive, vLLM's routing is unchanged", version or "(not installed)",
+            ", ".join(plugin_versions()),
         )
         return
     if install(settings):

@@ -225,7 +225,7 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
     """Re-key ``mtp.{i}.`` ignore entries onto ``model.layers.{N+i}.`` once per config.
 
     vLLM 0.33 does this (``align_mtp_quant_config``) only when it builds the MTP
-    draft on ROCm; elsewhere such entries never match a runtime prefix. The
+    draft on ROCm, 0.32 nowhere; elsewhere such entries never match a runtime prefix. The
     root follows the first draft prefix vLLM builds (DSpark builds may have none).
     Wildcards (``mtp.*``) stay as they are: vLLM matches these lists exactly.
     """
@@ -233,8 +233,8 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
         return
     from vllm.platforms import current_platform
 
-    if current_platform.is_rocm():
-        return  # vLLM's ROCm MTP model re-keys the entries itself
+    if current_platform.is_rocm() and _realigns_on_rocm():
+        return  # vLLM's ROCm MTP model re-keys the entries itself (0.33; 0.32 does not)
     hf_config = _hf_text_config()
     n = getattr(hf_config, "num_hidden_layers", None)
     if n is None or not _is_draft_prefix(prefix, n):
@@ -250,6 +250,13 @@ def rekey_mtp_entries(config: Any, prefix: str) -> None:
         mapping[f"mtp.{i}."] = f"{root}layers.{n + i}."
     config.apply_vllm_mapper(WeightsMapper(orig_to_new_prefix=mapping))
     setattr(config, REKEYED_ATTR, True)
+
+
+def _realigns_on_rocm() -> bool:
+    from specguard.engines.registry import engine
+    from specguard.integrations.vllm.settings import running_engine
+
+    return bool(getattr(engine(running_engine()).model, "realigns_mtp_on_rocm", True))
 
 
 def _is_draft_prefix(prefix: str, num_hidden_layers: int) -> bool:

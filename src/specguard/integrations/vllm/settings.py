@@ -9,6 +9,7 @@ around the draft model's weight load does with a parameter the load never wrote.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,10 +21,6 @@ OFF, LOG, FIX = "off", "log", "fix"
 MODES = (OFF, LOG, FIX)
 RAISE, WARN = "raise", "warn"
 GUARD_POLICIES = (RAISE, WARN)
-
-# The vLLM minor versions whose routing code the patches were written and tested against.
-SUPPORTED_VLLM = ((0, 33),)
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -66,10 +63,24 @@ def _choice(env: Mapping[str, str], key: str, allowed: tuple[str, ...], default:
 
 
 def version_supported(version: str) -> bool:
-    """True for the vLLM releases the patches target (``0.33.0``, ``0.33.1rc1``, ...)."""
-    parts = version.split(".")
+    """True for the vLLM releases the patches were checked against (``0.33.0``, ``0.32.1rc1``, ...):
+    a registered engine version with recorded plans and ``plugin`` set (engines/registry.py)."""
+    from specguard.engines.registry import plugin_key
+
+    return plugin_key(version) is not None
+
+
+@functools.cache
+def running_engine() -> str:
+    """The registry key of the vLLM this process runs (``vllm-0.32``): the engine model the
+    plugin asks what is built. The newest modelled vLLM where the plugin does not support it
+    (``register`` patches nothing then; ``install`` called directly, as tests do, still routes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from specguard.engines.registry import DEFAULT, plugin_key
+
     try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return False
-    return (major, minor) in SUPPORTED_VLLM
+        key = plugin_key(version("vllm"))
+    except PackageNotFoundError:
+        return DEFAULT
+    return key or DEFAULT

@@ -32,15 +32,33 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         if p.handled:
             repaired.setdefault(id(p.overlay), set()).update(p.route.checkpoint_names)
             resolver.setdefault(id(p.overlay), p.resolver)
-    for ov in plan.overlays:
+    for i, ov in enumerate(plan.overlays):
         r = resolver.get(id(ov))
         if r is None or not repaired[id(ov)]:  # nothing re-routed (a config-only repair): no entry was for it
             continue
         names = _Names(r)
+        others = _Others(r, [rs[i] for rs in plan.runs if len(rs) > i])
         for pat in r.declared_config.exclusions:
-            if names.dead(pat) and names.hits(pat) & repaired[id(ov)]:  # the runtime names first: fewer
+            if names.dead(pat) and names.hits(pat) & repaired[id(ov)] and others.dead(pat):  # cheapest first
                 key = re.sub(r"\[\d+\]$", "", pat.key).rsplit(".", 1)[-1]
                 ov.drop_entries(key, [pat.text], "matches no runtime prefix (SG101)", pattern=pat.key)
+
+
+class _Others:
+    """The same checkpoint under the plan's other runs (engines, platform classes): an entry dead
+    where the problem was found may be what another engine excludes by (SGLang's prefixes are
+    not vLLM's: S8-NVFP4's ``model.layers.2.self_attn*``). Indexed only when first asked."""
+
+    def __init__(self, first: Resolver, runs: list[Resolver]) -> None:
+        self.runs = [r for r in dict.fromkeys(runs) if r is not first]
+        self._names: dict[int, _Names] = {}
+
+    def dead(self, pat: Pattern) -> bool:
+        for r in self.runs:
+            names = self._names.get(id(r)) or self._names.setdefault(id(r), _Names(r))
+            if not names.dead(pat):
+                return False
+        return True
 
 
 class _Names:
