@@ -122,7 +122,13 @@ def cpu_kernel_checks_off() -> Iterator[None]:
 
 
 def init_single_rank(vllm_config: Any) -> None:
-    """A one-rank gloo process group: vLLM's parallel layers ask for TP/EP ranks."""
+    """A one-rank gloo process group: vLLM's parallel layers ask for TP/EP ranks.
+
+    Made once per process, for every model the process builds: vLLM creates the expert-parallel
+    group only where the current config's model is MoE, so a dense model's config (a Qwen2)
+    coming first would leave every later MoE build without it. The groups are made under a copy
+    of the config without its model, which vLLM reads as "create them all".
+    """
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
     from vllm.distributed.parallel_state import model_parallel_is_initialized
@@ -132,7 +138,9 @@ def init_single_rank(vllm_config: Any) -> None:
     store = tempfile.mkdtemp(prefix="specguard-gloo-")  # gloo's file store; removed at exit
     atexit.register(shutil.rmtree, store, ignore_errors=True)
     path = os.path.join(store, "store")
-    with set_current_vllm_config(vllm_config):
+    any_model = copy.copy(vllm_config)
+    any_model.model_config = None  # parallel_state.initialize_model_parallel: "is_moe or no model"
+    with set_current_vllm_config(any_model):
         init_distributed_environment(
             world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",
             backend="gloo",
