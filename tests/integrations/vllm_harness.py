@@ -252,16 +252,14 @@ def load_draft_weights(vllm_config: Any, model: Any) -> None:
 
 def run_fresh_process(code: str, cwd: str) -> tuple[Any, dict]:
     """Run ``code`` in a new Python process as vLLM starts one on CPU (installed plugins
-    enabled, no specguard settings); returns the process and the JSON it printed after
-    ``RESULT ``."""
+    enabled, no specguard settings): a child of the worker's one vLLM start
+    (tests/integrations/fresh_vllm.py). Returns the process's outcome and the JSON it printed
+    after ``RESULT ``."""
     import json
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_PLUGINS", "SPECGUARD_"))}
-    env["VLLM_TARGET_DEVICE"] = "cpu"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    from tests.integrations import fresh_vllm
+
+    proc = fresh_vllm.run_one(fresh_vllm.Job(env=fresh_vllm.fresh_env(), code=code, cwd=cwd), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     return proc, json.loads(line[len("RESULT "):])
