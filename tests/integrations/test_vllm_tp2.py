@@ -28,7 +28,7 @@ def run_ranks(ckpt: Path, tmp: Path) -> list[dict]:
                                                                               str(ckpt)))
             for r in range(WORLD)]
     out = []
-    for done in fresh_vllm.run(jobs, timeout=420):
+    for done in fresh_vllm.run(jobs, timeout=900):
         assert done.returncode == 0, done.stderr[-4000:]
         line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
         out.append(json.loads(line[len("RESULT "):]))
