@@ -76,9 +76,9 @@ class _Zygote:
             ready, _, _ = select.select([self.rep_r], [], [], timeout)
             line = self.replies.readline() if ready else ""
             if not line:
-                self.close()
                 self.log.seek(0)
                 said = self.log.read().decode(errors="replace")[-3000:]
+                self.close()
                 raise RuntimeError(f"the vLLM zygote {'died' if ready else 'timed out'}: {said}")
             codes = json.loads(line)
             return [Done(rc, Path(r["out"]).read_text(errors="replace"), Path(r["err"]).read_text(errors="replace"))
