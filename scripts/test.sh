@@ -62,11 +62,12 @@ if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
   wait_for chromium
 fi
-# Not yet: `-n 2 --dist loadfile` (pytest-xdist; tests/conftest.py groups by file and starts
-# engine-subprocess units first) failed 6 tests in its first full run: find which before enabling.
-step "pytest"
+# Two workers, one per core (pytest-xdist): one work unit per test file, or per group of files
+# sharing an expensive session fixture; the units that wait on engines go first (tests/conftest.py).
+# A failure's report says which worker ([gw0]/[gw1]) ran it.
+step "pytest (2 workers)"
 status=0
-.venv/bin/python -m pytest -q "$@" || status=$?
+.venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
 step "ruff"
 wait_for ruff
 step "mypy"

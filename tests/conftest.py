@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import struct
 from pathlib import Path
 
 import pytest
+
+# Tests type Ctrl-C into the commands they start (a terminal's ^C, SIGINT) and expect them to stop
+# as a user's command does. A shell that starts pytest in the background without job control
+# (`pytest &` in a script, a CI step's `cmd &`) starts it with SIGINT ignored, which every child
+# inherits through exec, and Python then never raises KeyboardInterrupt: those children would run
+# to the end. Restore the default here (pytest-xdist's workers import this file too).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def raw_safetensors(path: Path, header: object, data: bytes = b"", *, length: int | None = None) -> Path:
@@ -50,17 +60,41 @@ def resolvers_for(info):
 # SGLang overlays) go first, so they overlap the rest instead of ending the run alone; the
 # others follow, most tests first (xdist's own order). A new test file needs nothing here.
 WHOLE_DIRECTORY = ("tests/integrations/",)
-FIRST = ("tests/plans/test_recorded.py", "tests/integrations/", "tests/engines/test_sglang_recorded.py",
-         "tests/engines/test_engine_versions.py")
+# Files that share a session fixture too costly to build twice run in one unit: the vLLM start of
+# tests/integrations/fresh_vllm.py; the refdecoder's exports and bf16 runs (tests/refdecoder/conftest.py).
+TOGETHER = {"tests/plans/test_recorded.py": "tests/integrations/",
+            "tests/refdecoder/test_fixed.py": "tests/refdecoder/test_policies.py"}
+FIRST = ("tests/integrations/", "tests/refdecoder/test_policies.py", "tests/engines/test_sglang_recorded.py",
+         "tests/engines/test_engine_versions.py", "tests/refdecoder/test_demo.py")
 
 
 def _unit(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    path = TOGETHER.get(path, path)
     return next((d for d in WHOLE_DIRECTORY if path.startswith(d)), path)
 
 
 def _rank(unit: str) -> int:
     return next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), len(FIRST))
+
+
+# A worker starts with COLUMNS=80 and LINES set that pytest's own process does not have (seen with
+# pytest-xdist 3.8 / execnet 2.1), and specguard sizes its tables by COLUMNS in a pipe: workers
+# get the terminal settings of the run that started them instead.
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for key, value in getattr(config, "workerinput", {}).get("terminal_env", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -58,6 +58,8 @@ def in_terminal(args: list[str], columns: int, timeout: float = 120, *, interrup
         if interrupt_after is not None and interrupt_after in b"".join(chunks):
             os.write(fd, b"\x03")
             interrupt_after = None
+    if time.monotonic() >= deadline:  # still writing at the deadline: ended (a no-op if it has just exited)
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")

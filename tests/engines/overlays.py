@@ -22,6 +22,14 @@ def run(engine: str, args: list[str], timeout: float = 900) -> subprocess.Comple
     if missing:
         pytest.skip(f"{engine} overlay not installed (bash scripts/engines.sh): {missing}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, dirs), str(ROOT)]),
-           "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": ""}
+           "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "", "VLLM_CACHE_ROOT": str(cache_root(engine))}
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
+
+
+def cache_root(engine: str) -> Path:
+    """A vLLM cache of the engine's own: vLLM names its model-info cache files by module and class
+    only (registry.py ``_get_cache_filename``), so two versions sharing one cache overwrite each
+    other's entries, and each miss costs a model inspection in a new process (an ``import vllm``)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm"
+    return Path(os.environ.get("VLLM_CACHE_ROOT", default)) / engine

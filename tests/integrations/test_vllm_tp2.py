@@ -9,35 +9,28 @@ rank; without it every rank builds NVFP4 and leaves the per-tensor scales unwrit
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integrations import fresh_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
 
 
 def run_ranks(ckpt: Path, tmp: Path) -> list[dict]:
+    """Both ranks at once, each a process of its own (children of the worker's one vLLM start,
+    tests/integrations/fresh_vllm.py), meeting through gloo's file store."""
     store = tmp / "gloo"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_PLUGINS", "SPECGUARD_"))}
-    env.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "", "PYTHONPATH": str(ROOT),
-                "OMP_NUM_THREADS": "1"})
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.integrations.tp_rank", str(r), str(WORLD), str(store),
-                               str(ckpt)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
+    env = fresh_vllm.fresh_env(VLLM_PLUGINS="", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    jobs = [fresh_vllm.Job(env=env, module="tests.integrations.tp_rank", argv=(str(r), str(WORLD), str(store),
+                                                                              str(ckpt)))
+            for r in range(WORLD)]
     out = []
-    for p in procs:
-        try:
-            stdout, stderr = p.communicate(timeout=420)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        assert p.returncode == 0, stderr[-4000:]
-        line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
+    for done in fresh_vllm.run(jobs, timeout=900):
+        assert done.returncode == 0, done.stderr[-4000:]
+        line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
         out.append(json.loads(line[len("RESULT "):]))
     return sorted(out, key=lambda r: r["rank"])
 

@@ -7,6 +7,7 @@ and checks the verdict. The Watcher is polled directly, so no test sleeps.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -36,6 +37,37 @@ from tests.integrations.watch_server import COLLAPSED, HEALTHY, MetricsServer, V
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 # what the `specguard` entry point runs (`python -m specguard.cli` would load the module twice)
 CLI = [sys.executable, "-c", "import sys; from specguard.cli import main; sys.exit(main())", "watch"]
+
+
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_this_process() -> None:
+    """In the child, before exec: SIGKILL when the process that started it ends (Linux prctl
+    PR_SET_PDEATHSIG = 1), so a test worker that is killed leaves no `watch` running. Nothing
+    imported here: the parent has server threads."""
+    _prctl(1, signal.SIGKILL)
+
+
+def start_watch(*args: str, **popen: Any) -> subprocess.Popen:
+    """`specguard watch ARGS` in a child process; the test ends it with Ctrl-C, the autouse
+    fixture below kills it where the test failed before that."""
+    proc = subprocess.Popen([*CLI, *args], preexec_fn=_die_with_this_process, **popen)
+    _running.append(proc)
+    return proc
+
+
+_running: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_watch_left_running() -> Iterator[None]:
+    yield
+    while _running:
+        proc = _running.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.fixture(scope="session")
@@ -356,9 +388,8 @@ def test_json_lines_and_ctrl_c(server: MetricsServer, config: Any) -> None:
     m = VllmMetrics(config)
     server.serve(m)
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([*CLI, server.url, "--json",
-                             "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = start_watch(server.url, "--json", "--interval", "0.05", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env)
     records = []
     try:
         assert proc.stdout is not None
@@ -389,8 +420,7 @@ def test_live_view_on_a_terminal_at_80_columns(server: MetricsServer, config: An
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {**os.environ, "PYTHONPATH": SRC, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
-    proc = subprocess.Popen([*CLI, server.url, "--interval", "0.05"],
-                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    proc = start_watch(server.url, "--interval", "0.05", stdout=slave, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     screen = b""
     deadline = time.monotonic() + 30
@@ -533,8 +563,8 @@ def test_a_window_shorter_than_the_interval_is_refused() -> None:
 def _plain_lines(server: MetricsServer, m: VllmMetrics, ticks: int, between: Any) -> list[str]:
     """What `specguard watch URL | cat` prints over ``ticks`` intervals, ``between(i)`` run before each."""
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([*CLI, server.url, "--interval", "0.2", "--window", "0.2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_watch(server.url, "--interval", "0.2", "--window", "0.2", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
     try:
         assert proc.stdout is not None

@@ -122,7 +122,13 @@ def cpu_kernel_checks_off() -> Iterator[None]:
 
 
 def init_single_rank(vllm_config: Any) -> None:
-    """A one-rank gloo process group: vLLM's parallel layers ask for TP/EP ranks."""
+    """A one-rank gloo process group: vLLM's parallel layers ask for TP/EP ranks.
+
+    Made once per process, for every model the process builds: vLLM creates the expert-parallel
+    group only where the current config's model is MoE, so a dense model's config (a Qwen2)
+    coming first would leave every later MoE build without it. The groups are made under a copy
+    of the config without its model, which vLLM reads as "create them all".
+    """
     from vllm.config import set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
     from vllm.distributed.parallel_state import model_parallel_is_initialized
@@ -132,7 +138,9 @@ def init_single_rank(vllm_config: Any) -> None:
     store = tempfile.mkdtemp(prefix="specguard-gloo-")  # gloo's file store; removed at exit
     atexit.register(shutil.rmtree, store, ignore_errors=True)
     path = os.path.join(store, "store")
-    with set_current_vllm_config(vllm_config):
+    any_model = copy.copy(vllm_config)
+    any_model.model_config = None  # parallel_state.initialize_model_parallel: "is_moe or no model"
+    with set_current_vllm_config(any_model):
         init_distributed_environment(
             world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",
             backend="gloo",
@@ -244,16 +252,14 @@ def load_draft_weights(vllm_config: Any, model: Any) -> None:
 
 def run_fresh_process(code: str, cwd: str) -> tuple[Any, dict]:
     """Run ``code`` in a new Python process as vLLM starts one on CPU (installed plugins
-    enabled, no specguard settings); returns the process and the JSON it printed after
-    ``RESULT ``."""
+    enabled, no specguard settings): a child of the worker's one vLLM start
+    (tests/integrations/fresh_vllm.py). Returns the process's outcome and the JSON it printed
+    after ``RESULT ``."""
     import json
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_PLUGINS", "SPECGUARD_"))}
-    env["VLLM_TARGET_DEVICE"] = "cpu"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    from tests.integrations import fresh_vllm
+
+    proc = fresh_vllm.run_one(fresh_vllm.Job(env=fresh_vllm.fresh_env(), code=code, cwd=cwd), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     return proc, json.loads(line[len("RESULT "):])

@@ -1,22 +1,20 @@
 """Every committed plan equals what the installed vLLM 0.33 CPU build records now.
 
-One pass of engines/vllm/recorder.py over every architecture, in a fresh process (vLLM
-imported once; earlier tests in this process build vLLM classes whose class-level
-mappings the recording would see), into a temporary folder; any byte of difference
-fails, so a plan can never drift from the engine it describes. Re-record with
-scripts/record_plans.py.
+One pass of engines/vllm/recorder.py over every architecture, in a fresh process (a child of
+the worker's one vLLM start, tests/integrations/fresh_vllm.py; earlier tests in this process
+build vLLM classes whose class-level mappings the recording would see), into a temporary
+folder; any byte of difference fails, so a plan can never drift from the engine it describes.
+Re-record with scripts/record_plans.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.integrations import vllm_harness
+from tests.integrations import fresh_vllm, vllm_harness
 
 vllm_harness.set_cpu_env()  # before anything imports vLLM
 
@@ -28,8 +26,7 @@ def test_plans_match_the_installed_engine(tmp_path):
     code = ("import json, sys; from pathlib import Path; from specguard.engines.vllm.recorder import record_all; "
             "print('RESULT ' + json.dumps(record_all(Path(sys.argv[1]))))")
     env = {**os.environ, **vllm_harness.CPU_ENV}
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
+    proc = fresh_vllm.run_one(fresh_vllm.Job(env=env, code=code, argv=(str(tmp_path),)), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     failed = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert failed == {}, f"vLLM 0.33 could not build: {failed}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -10,6 +11,10 @@ import torch
 from specguard.refdecoder.corpus import held_out_sample
 from specguard.refdecoder.model import Transformer
 from specguard.refdecoder.weights import load_weights
+
+if TYPE_CHECKING:
+    from specguard.factory import ScenarioInfo
+    from specguard.refdecoder.demo import PolicyResult
 
 
 @pytest.fixture(autouse=True)
@@ -40,3 +45,35 @@ def prompts(held_out: bytes) -> list[list[int]]:
         start = held_out.index(b"\n", i * step) + 1
         out.append(list(held_out[start : start + 48]))
     return out
+
+
+# ---------------------------------------------------- exports and the bf16 yardstick, once
+# test_policies.py and test_fixed.py decode the same exports and compare with the same bf16
+# runs (tests/conftest.py keeps the two files in one worker); neither writes into them.
+DECODE = {"new_tokens": 32, "k": 3, "device": "cpu"}
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioInfo]:
+    """S1, S2 and S4 exported from the trained model, plus S8 (all BF16) as the bf16 reference."""
+    from specguard.refdecoder.demo import export_all
+
+    return export_all(tmp_path_factory.mktemp("engine-export"), ["s1", "s2", "s4"])
+
+
+@pytest.fixture(scope="session")
+def decode_prompts() -> list[list[int]]:
+    """Many short continuations: the policies' models then decode (nearly) the same text, so
+    acceptance differences measure the drafters, not the text."""
+    from specguard.refdecoder.demo import prompts_from_held_out
+
+    return prompts_from_held_out(12, length=48)
+
+
+@pytest.fixture(scope="session")
+def bf16_runs(exports: dict[str, ScenarioInfo], decode_prompts: list[list[int]]) -> dict[str, PolicyResult]:
+    """The bf16 policy decoding S1 (S8's checkpoint) and S4: the acceptance both files compare with."""
+    from specguard.refdecoder.demo import run_case
+
+    torch.set_num_threads(1)
+    return {s: run_case(s, "bf16", exports, decode_prompts, **DECODE) for s in ("s1", "s4")}

@@ -8,21 +8,20 @@ import pytest
 import torch
 
 from specguard.factory import ScenarioInfo
-from specguard.refdecoder.demo import FIXED, PolicyResult, export_all, prompts_from_held_out, run_case, run_fixed
+from specguard.refdecoder.demo import FIXED, PolicyResult, run_fixed
 from specguard.refdecoder.repaired import fixed_infos
+from tests.refdecoder.conftest import DECODE
 
 SCENARIOS = ("s1", "s2", "s4")
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], PolicyResult]:
+def results(tmp_path_factory: pytest.TempPathFactory, exports: dict[str, ScenarioInfo],
+            decode_prompts: list[list[int]], bf16_runs: dict[str, PolicyResult]) -> dict[tuple[str, str], PolicyResult]:
     torch.set_num_threads(1)
-    work = tmp_path_factory.mktemp("engine-fixed")
-    infos: dict[str, ScenarioInfo] = export_all(work, list(SCENARIOS))
-    fixed = fixed_infos(infos, work)
-    prompts = prompts_from_held_out(12, length=48)
-    out = {(s, FIXED): run_fixed(s, fixed, prompts, 32, 3, "cpu") for s in SCENARIOS}
-    out |= {(s, "bf16"): run_case(s, "bf16", infos, prompts, 32, 3, "cpu") for s in ("s1", "s4")}
+    fixed = fixed_infos({s: exports[s] for s in (*SCENARIOS, "s8")}, tmp_path_factory.mktemp("engine-fixed"))
+    out = {(s, FIXED): run_fixed(s, fixed, decode_prompts, **DECODE) for s in SCENARIOS}
+    out |= {(s, "bf16"): bf16_runs[s] for s in ("s1", "s4")}
     return out
 
 

@@ -14,27 +14,27 @@ import torch
 
 from specguard.factory import ScenarioInfo
 from specguard.refdecoder import loader as ld
-from specguard.refdecoder.demo import PolicyResult, export_all, prompts_from_held_out, run_case
+from specguard.refdecoder.demo import PolicyResult, run_case
 from specguard.refdecoder.policies import LoadFailure, load_policy
 from specguard.refdecoder.weights import load_weights
+from tests.refdecoder.conftest import DECODE
 
 CASES = [("s1", "resolver"), ("s1", "global"), ("s1", "bf16"), ("s2", "resolver"), ("s2", "global"),
          ("s4", "resolver"), ("s4", "global"), ("s4", "bf16")]
 
 
 @pytest.fixture(scope="session")
-def infos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ScenarioInfo]:
-    return export_all(tmp_path_factory.mktemp("engine-export"), ["s1", "s2", "s4"])
+def infos(exports: dict[str, ScenarioInfo]) -> dict[str, ScenarioInfo]:
+    return exports
 
 
 @pytest.fixture(scope="session")
-def results(infos: dict[str, ScenarioInfo]) -> dict[tuple[str, str], PolicyResult]:
+def results(infos: dict[str, ScenarioInfo], decode_prompts: list[list[int]],
+            bf16_runs: dict[str, PolicyResult]) -> dict[tuple[str, str], PolicyResult]:
     torch.set_num_threads(1)
-    # many short continuations: the policies' models then decode (nearly) the same
-    # text, so acceptance differences measure the drafters, not the text
-    prompts = prompts_from_held_out(12, length=48)
     # a collapsed drafter needs few steps to show it (and each costs a full verify)
-    return {case: run_case(*case, infos, prompts[:2] if case[1] == "global" else prompts, 32, 3, "cpu")
+    return {case: bf16_runs[case[0]] if case[1] == "bf16" else
+            run_case(*case, infos, decode_prompts[:2] if case[1] == "global" else decode_prompts, **DECODE)
             for case in CASES}
 
 
