@@ -164,6 +164,9 @@ TARGETS: dict[str, Target] = {
     "GptOssForCausalLM+LlamaForCausalLMEagle3": Target("gpt_oss", {}, "eagle3", _EAGLE3_LLAMA),
     # DeepSeek-V4/V4.1 build CUDA-only objects: recorded as a CUDA server builds them (_cuda_build).
     # A DSpark draft ships inside the target checkpoint (speculative.py: model = the target's).
+    # vLLM 0.32 has them too (not recorded there: docs/engines.md): its V1 model runner refuses dspark
+    # ("Model Runner V1 does not support: dspark") and its V2 runner needs a GPU triton driver; its
+    # transformers (5.19) DeepseekV4Config has no vocab_size default.
     "DeepseekV4ForCausalLM": Target("deepseek_v4", {"num_nextn_predict_layers": K}, "mtp", cuda=True,
                                     since="vllm-0.33"),
     "DeepseekV4ForCausalLM+DSparkDraftModel": Target("deepseek_v4", _DSPARK, "dspark", cuda=True,
@@ -176,8 +179,10 @@ TARGETS: dict[str, Target] = {
     # caching, then platforms/cpu.py turns prefix caching off for MLA models and VllmConfig's
     # validate_mamba_block_size refuses the pair: a CPU server needs --no-enable-prefix-caching.
     # The layers do not read it (bailing_moe_linear.py passes cache_config to attention/state only).
+    # vLLM 0.32 pins transformers<5.20, which has no bailing_hybrid config class: a real checkpoint
+    # loads there through its remote code (trust_remote_code), which the recorder does not run.
     "BailingMoeV2_5ForCausalLM": Target("bailing_hybrid", _BAILING25, "mtp",
-                                        engine_args={"enable_prefix_caching": False}),
+                                        engine_args={"enable_prefix_caching": False}, since="vllm-0.33"),
     # Qwen3.5/3.6 (text_config; the vision tower is built too: its linears ask the quant config)
     "Qwen3_5ForConditionalGeneration": Target("qwen3_5", _QWEN3_5_VISION, "mtp", text=_QWEN3_5_TEXT),
     "Qwen3_5MoeForConditionalGeneration": Target("qwen3_5_moe", _QWEN3_5_VISION, "mtp", text=_QWEN3_5_MOE_TEXT),
