@@ -172,9 +172,8 @@ TARGETS: dict[str, Target] = {
     "DeepseekV4ForCausalLM+DSparkDraftModel": Target("deepseek_v4", _DSPARK, "dspark", cuda=True,
                                                      since="vllm-0.33"),
     # DeepSeek-V3.2 sparse attention (DSA): a CUDA server builds models/deepseek_v32/nvidia/ (CPU and
-    # XPU the generic deepseek_v2.py classes, without the indexer); GLM-5 (glm_moe_dsa) is the same class.
+    # XPU the generic deepseek_v2.py classes, without the indexer).
     "DeepseekV32ForCausalLM": Target("deepseek_v32", {**_DS, **_DSA}, "mtp", cuda=True),
-    "GlmMoeDsaForCausalLM": Target("glm_moe_dsa", {**_DS, **_DSA}, "mtp", cuda=True),
     # models/config.py HybridAttentionMambaModelConfig sets mamba_block_size = block_size under prefix
     # caching, then platforms/cpu.py turns prefix caching off for MLA models and VllmConfig's
     # validate_mamba_block_size refuses the pair: a CPU server needs --no-enable-prefix-caching.
@@ -208,6 +207,9 @@ NOT_RECORDED = {
                                                          "needs a published drafter config",
     "MiniMaxM2ForCausalLM+Eagle3MiniMaxM2ForCausalLM": "MiniMaxM2Config lacks rotary_dim: needs the published "
                                                        "config's keys",
+    "GlmMoeDsaForCausalLM": "records (Target('glm_moe_dsa', {**_DS, **_DSA}, 'mtp', cuda=True): the DeepSeek-V3.2 "
+                            "class); left out: layouts/ routes glm_moe_dsa generically (not as DeepSeek-V3 "
+                            "names) and no published copy tests it",
     "Qwen3ForCausalLM+DFlashDraftModel": "records; left out: specguard routes no dflash draft (layouts: "
                                          "mtp/dspark/eagle) and no published copy tests it",
 }
