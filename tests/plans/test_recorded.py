@@ -30,7 +30,7 @@ def test_plans_match_the_installed_engine(tmp_path):
     code = ("import json, sys; from pathlib import Path; from specguard.engines.vllm.recorder import record_all; "
             "print('RESULT ' + json.dumps(record_all(Path(sys.argv[1]))))")
     env = {**os.environ, **vllm_harness.CPU_ENV}
-    # Qwen3.5's module imports torchvision (recorder._torchvision_prelude): the overlay scripts/engines.sh installs
+    # Qwen3.5's module imports torchvision (recorder.torchvision_prelude): the overlay scripts/engines.sh installs
     overlay = ROOT / ".engines" / "torchvision-0.28.0"
     if not overlay.is_dir():
         pytest.skip(f"torchvision overlay not installed (bash scripts/engines.sh): {overlay}")

@@ -710,7 +710,7 @@ def targets(engine: str = ENGINE) -> list[str]:
     return [n for n, t in TARGETS.items() if t.since is None or version(engine) >= version(t.since)]
 
 
-def _torchvision_prelude() -> None:
+def torchvision_prelude() -> None:
     """Qwen3.5's module imports Qwen3-VL's, whose transformers image/video processors import
     torchvision. The wheels on this index are CUDA builds; the overlay (scripts/engines.sh:
     .engines/torchvision-0.28.0, put on PYTHONPATH by the callers) drops its ``_C`` extension,
@@ -735,7 +735,7 @@ _KEPT: list[Any] = []  # the torchvision op library stays alive for the process
 
 
 def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
-    _torchvision_prelude()
+    torchvision_prelude()
     from vllm.model_executor.models.registry import ModelRegistry
 
     only = only or targets()
