@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERLAYS = {"vllm-0.32": ("vllm-0.32",), "sglang-0.5.23": ("sglang-0.5.23", "triton-3.7.1")}
+OVERLAYS = {"vllm-0.32": ("vllm-0.32", "torchvision-0.28.0"), "sglang-0.5.23": ("sglang-0.5.23", "triton-3.7.1")}
 
 
 def run(engine: str, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:

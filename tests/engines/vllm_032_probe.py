@@ -16,6 +16,9 @@ from pathlib import Path
 
 
 def main(out: Path) -> int:
+    from specguard.engines.vllm.recorder import torchvision_prelude
+
+    torchvision_prelude()  # the torchvision overlay is on the path (Qwen3.5's plans): before vLLM imports it
     import vllm
     from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
 

@@ -180,3 +180,85 @@ def test_qwen3_next_mtp_without_count_key_is_not_sg302(tmp_path):
     r = Resolver(open_checkpoint(str(tmp_path / "q")))
     assert list(r.layout.draft_layers) == [1]
     assert "SG302" not in {f.code for f in lint([r]).findings}
+
+
+def test_deepseek_v32_indexer_as_a_cuda_server_builds_it():
+    """models/deepseek_v32/nvidia/: the indexer's ``wq_b`` asks the quant config, its fused
+    ``wk_weights_proj`` is built with quant_config=None; the MTP draft is DeepseekV32MTP. CPU
+    builds deepseek_v2.py's classes (no indexer): the plan answers for cuda only."""
+    p = plans.plan("DeepseekV32ForCausalLM")
+    assert p is not None and p.device == "cuda" and p.answers_for("cuda") and not p.answers_for("cpu")
+    assert p.target.model_class.endswith("deepseek_v32.nvidia.model.DeepseekV32ForCausalLM")
+    wq_b = p.target.find("model.layers.40.self_attn.indexer.wq_b")
+    assert wq_b is not None and wq_b.asks_quant_config
+    wk = p.target.by_path("model.layers.40.self_attn.indexer.wk_weights_proj")
+    assert wk is not None and not wk.asks_quant_config
+    assert p.draft is not None and p.draft.architecture == "DeepseekV32MTPModel"
+    assert p.draft_layers({"num_nextn_predict_layers": 1}) == 1
+    assert p.draft.find("model.layers.61.eh_proj").layer_class == "Linear"
+
+
+def test_qwen3_5_mtp_asks_under_mtp_names():
+    """qwen3_5_mtp.py builds the draft's layers under ``model.layers.{d}`` but asks the quant config
+    as ``mtp.layers.{d}.*`` / ``mtp.fc``; the count is ``mtp_num_hidden_layers``; the target's
+    mapper drops ``mtp.`` (the target never loads the draft)."""
+    for name in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"):
+        p = plans.plan(name)
+        assert p is not None and p.draft is not None and p.device is None, name
+        assert p.draft_count_keys == ("mtp_num_hidden_layers",)
+        assert p.draft_layers({"mtp_num_hidden_layers": 1}) == 1
+        assert p.draft.by_quant_prefix("mtp.fc").path == "model.fc"
+        assert p.draft.by_quant_prefix("mtp.layers.0.self_attn.qkv_proj").path == "model.layers.{d}.self_attn.qkv_proj"
+        assert p.target.mapper["prefix"]["mtp."] is None
+        assert p.target.find("language_model.model.layers.7.linear_attn.in_proj_qkvz").asks_quant_config
+        assert not p.target.by_path("language_model.model.layers.7.linear_attn.conv1d").asks_quant_config
+        assert p.target.by_quant_prefix("visual.blocks.0.attn.qkv") is not None  # the vision tower asks too
+    moe = plans.plan("Qwen3_5MoeForConditionalGeneration")
+    assert moe.draft.by_quant_prefix("mtp.layers.0.mlp.experts").layer_class == "RoutedExperts"
+
+
+def test_deepseek_v41_dspark_as_a_cuda_server_builds_it():
+    """deepseek_v41/nvidia/: the target is the VL wrapper (``language_model.model.*``); engram's
+    table is built without the quant config, its ``wkv`` asks; the DSpark draft asks its stages as
+    runtime layers N+k and ``model.main_proj``; the Markov head never asks."""
+    p = plans.plan("DeepseekV41ForCausalLM+DSparkV41DraftModel")
+    assert p is not None and p.device == "cuda" and p.draft_method == "dspark"
+    assert p.target.by_path("language_model.model.layers.1.engram.embed_tokens").quant_prefix is None
+    assert p.target.find("language_model.model.layers.1.engram.wkv").asks_quant_config
+    assert p.draft.architecture == "DSparkV41DraftModel"
+    assert p.draft.by_quant_prefix("model.main_proj").path == "model.main_proj"
+    assert p.draft.by_quant_prefix("model.layers.43.ffn.experts").path == "model.layers.{d}.ffn.experts.routed_experts"
+    assert not p.draft.by_path("model.markov_head.markov_w2").asks_quant_config
+
+
+def test_bailing_v2_5_mtp():
+    """bailing_moe_linear.py / bailing_moe_mtp.py: ``word_embeddings`` is built without the quant
+    config, the MTP's ``eh_proj`` is a plain nn.Linear, its head asks as ``shared_head.head``."""
+    p = plans.plan("BailingMoeV2_5ForCausalLM")
+    assert p is not None and p.draft is not None and p.draft.architecture == "BailingMoeV25MTPModel"
+    assert not p.target.by_path("model.word_embeddings").asks_quant_config
+    assert p.target.find("model.layers.9.self_attn.query_key_value").asks_quant_config
+    assert p.draft.find("model.layers.20.eh_proj").layer_class == "Linear"
+    assert p.draft.find("model.layers.20.shared_head.head").layer_class == "ParallelLMHead"
+    assert p.draft_layers({"num_nextn_predict_layers": 1}) == 1
+
+
+def test_vllm_032_records_the_same_builds():
+    """vLLM 0.32 builds DeepSeek-V3.2 and Qwen3.5/3.6 (and their MTP) as 0.33 does (docs/engines.md)."""
+    for name in ("DeepseekV32ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"):
+        old, new = plans.plan(name, "vllm-0.32"), plans.plan(name, "vllm-0.33")
+        assert old is not None and new is not None, name
+        assert (old.target, old.draft, old.recorded_with) == (new.target, new.draft, new.recorded_with)
+    assert plans.plan("DeepseekV41ForCausalLM+DSparkV41DraftModel", "vllm-0.32") is None  # 0.33 only
+
+
+def test_not_recorded_architectures_route_unknown():
+    """Every architecture recorder.NOT_RECORDED names has no plan and no family model: its layers
+    route ``unknown`` (method "no plan"), never ok."""
+    recorder = pytest.importorskip("specguard.engines.vllm.recorder")
+    targets = {name for name in recorder.NOT_RECORDED if "+" not in name}
+    assert targets and not (set(recorder.NOT_RECORDED) & set(plans.recorded()))
+    for arch in targets:
+        cfg = {"architectures": [arch], "model_type": "x", "num_hidden_layers": 2}
+        got = Vllm033(cfg).builds("model.layers.0.self_attn.qkv_proj", kind="linear")
+        assert (got.method, got.scheme.format) == ("no plan", "unknown"), arch

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.integrations import fresh_vllm, vllm_harness
+from tests.integrations import vllm_harness
 
 vllm_harness.set_cpu_env()  # before anything imports vLLM
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plans_match_the_installed_engine(tmp_path):
@@ -26,7 +30,14 @@ def test_plans_match_the_installed_engine(tmp_path):
     code = ("import json, sys; from pathlib import Path; from specguard.engines.vllm.recorder import record_all; "
             "print('RESULT ' + json.dumps(record_all(Path(sys.argv[1]))))")
     env = {**os.environ, **vllm_harness.CPU_ENV}
-    proc = fresh_vllm.run_one(fresh_vllm.Job(env=env, code=code, argv=(str(tmp_path),)), timeout=900)
+    # a process of its own, not fresh_vllm's zygote: the overlay must be on the path before vLLM imports
+    # Qwen3.5's module imports torchvision (recorder.torchvision_prelude): the overlay scripts/engines.sh installs
+    overlay = ROOT / ".engines" / "torchvision-0.28.0"
+    if not overlay.is_dir():
+        pytest.skip(f"torchvision overlay not installed (bash scripts/engines.sh): {overlay}")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(overlay)])
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     failed = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert failed == {}, f"vLLM 0.33 could not build: {failed}"

@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -66,6 +67,48 @@ CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "",
 _DS = {"num_nextn_predict_layers": K, "first_k_dense_replace": 1}
 _DSPARK = {"n_mtp_layers": K, "dspark_target_layer_ids": [1, 2, 3], "dspark_block_size": 4,
            "dspark_markov_rank": 16}
+# DeepSeek-V3.2's indexer (deepseek-ai/DeepSeek-V3.2-Exp config.json); index_topk is what makes
+# models/config.py DeepseekV32ForCausalLM.verify_and_update_config accept the config
+_DSA = {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+# Ring/Ling-2.5 (BailingMoeV2_5): keys the checkpoint's remote config class holds
+# (inclusionAI/Ring-V2.5 models/configuration_bailing_moe_v2_5.py) and transformers'
+# bailing_hybrid class lacks; layer_group_size 2: layers 1 and 3 full (MLA) attention, 0 and 2 linear
+_BAILING25 = {"num_nextn_predict_layers": 1, "first_k_dense_replace": 1, "layer_group_size": 2,
+              "use_qkv_bias": False, "use_bias": False, "use_qk_norm": True, "group_norm_size": 4,
+              "linear_silu": False, "q_lora_rank": None, "num_experts_per_tok": 8, "n_group": 8,
+              "moe_router_enable_expert_bias": True, "score_function": "sigmoid", "rope_interleave": True,
+              "partial_rotary_factor": 0.5, "router_dtype": "fp32"}
+# DeepSeek-V4.1 (deepseek_v41): vLLM's DeepseekV41Config flattens ``text_config`` and has no
+# defaults of its own, and DeepseekV4Config's (mlp_layer_types 'hash_moe') fail transformers'
+# validate_layer_type. So the text config is written by hand: the keys the published
+# DeepSeek-V4.1-Flash text config has (docs/engines.md), structure shrunk to N layers: two layers
+# one without a compressor, one at ratio 2, then ratio 1 from the last KV source on (nvidia/model.py
+# asserts it), an engram layer, K DSpark stages.
+_V41_TEXT = {
+    "model_type": "deepseek_v41_text", "vocab_size": 129280, "hidden_size": 5120, "moe_intermediate_size": 2304,
+    "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_rope_head_dim": 64,
+    "q_lora_rank": 1280, "o_lora_rank": 1024, "o_groups": 8, "hidden_act": "silu", "swiglu_limit": 10.0,
+    "rms_norm_eps": 1e-20, "attention_bias": False, "max_position_embeddings": 1048576, "rope_theta": 10000,
+    "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
+                     "original_max_position_embeddings": 65536},
+    "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
+    "topk_method": "noaux_tc", "norm_topk_prob": True, "routed_scaling_factor": 1.5, "sliding_window": 128,
+    "compress_ratios": [0, 2, 1, 1], "compress_rope_theta": 160000, "kv_source_layer_ids": [1, 2],
+    "index_source_layer_ids": [1, 2], "index_n_heads": 32, "index_head_dim": 128, "index_topk": 512,
+    "candidate_source_layer_id": 2, "candidate_topk_blocks": 2048, "candidate_block_size": 8,
+    "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06,
+    "engram_layer_ids": [1], "engram_num_embeddings": [384006168], "engram_max_ngram_size": 4,
+    "engram_vocab_size": 16000000, "engram_n_heads": 8, "engram_head_dim": 256, "engram_pad_token_id": 2,
+    "engram_compressed_vocab_size": 99092,
+    "num_nextn_predict_layers": K, "dspark_block_size": 5, "dspark_noise_token_id": 128799,
+    "dspark_target_layer_ids": [1, 2, 3], "dspark_markov_rank": 256, "dspark_n_routed_experts": 128,
+    "dspark_num_experts_per_tok": 3,
+}
+# Qwen3.5/3.6: transformers' Qwen3_5(Moe)TextConfig defaults (full attention every 4th layer:
+# layers 0-2 linear attention, 3 full), K MTP layers; a 2-block vision tower (rows are per block)
+_QWEN3_5_VISION = {"vision_config": {"depth": 2}}
+_QWEN3_5_TEXT = {"model_type": "qwen3_5_text", "mtp_num_hidden_layers": K}
+_QWEN3_5_MOE_TEXT = {"model_type": "qwen3_5_moe_text", "mtp_num_hidden_layers": K}
 _EAGLE_LLAMA = {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1}
 _EAGLE3_LLAMA = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
                  "draft_vocab_size": 1024}
@@ -80,14 +123,18 @@ class Target:
 
     def __init__(self, model_type: str, config: dict[str, Any] | None = None, method: str | None = None,
                  draft: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None,
-                 *, cuda: bool = False, text_defaults: str | None = None, since: str | None = None) -> None:
+                 *, cuda: bool = False, text: dict[str, Any] | None = None, since: str | None = None,
+                 inert: tuple[str, ...] = ()) -> None:
         self.model_type, self.config, self.method, self.draft = model_type, config or {}, method, draft
         self.engine_args = engine_args or {}
         self.cuda = cuda
         # a wrapper config (DeepSeek-V4.1's) whose class reads the text model from ``text_config``
-        # and has no defaults of its own: filled with this model_type's transformers defaults
-        self.text_defaults = text_defaults
+        # and has no defaults of its own: the text config written out (N layers)
+        self.text = text
         self.since = since  # the first engine version it is recorded for (None: every version)
+        # "module:Class" of run-time helpers that hold no parameter and ask no quant config but
+        # need what a recording lacks (a tokenizer): built as an empty nn.Module (``_inert``)
+        self.inert = inert
         if cuda:  # JIT kernel warm-up registration (tilelang/cutedsl) is a CUDA start-up step, not a build
             self.engine_args = {"kernel_config": {"enable_jit_warmup": False}, **self.engine_args}
 
@@ -117,28 +164,55 @@ TARGETS: dict[str, Target] = {
     "GptOssForCausalLM+LlamaForCausalLMEagle3": Target("gpt_oss", {}, "eagle3", _EAGLE3_LLAMA),
     # DeepSeek-V4/V4.1 build CUDA-only objects: recorded as a CUDA server builds them (_cuda_build).
     # A DSpark draft ships inside the target checkpoint (speculative.py: model = the target's).
+    # vLLM 0.32 has them too (not recorded there: docs/engines.md): its V1 model runner refuses dspark
+    # ("Model Runner V1 does not support: dspark") and its V2 runner needs a GPU triton driver; its
+    # transformers (5.19) DeepseekV4Config has no vocab_size default.
     "DeepseekV4ForCausalLM": Target("deepseek_v4", {"num_nextn_predict_layers": K}, "mtp", cuda=True,
                                     since="vllm-0.33"),
     "DeepseekV4ForCausalLM+DSparkDraftModel": Target("deepseek_v4", _DSPARK, "dspark", cuda=True,
                                                      since="vllm-0.33"),
+    # DeepSeek-V3.2 sparse attention (DSA): a CUDA server builds models/deepseek_v32/nvidia/ (CPU and
+    # XPU the generic deepseek_v2.py classes, without the indexer).
+    "DeepseekV32ForCausalLM": Target("deepseek_v32", {**_DS, **_DSA}, "mtp", cuda=True),
+    # models/config.py HybridAttentionMambaModelConfig sets mamba_block_size = block_size under prefix
+    # caching, then platforms/cpu.py turns prefix caching off for MLA models and VllmConfig's
+    # validate_mamba_block_size refuses the pair: a CPU server needs --no-enable-prefix-caching.
+    # The layers do not read it (bailing_moe_linear.py passes cache_config to attention/state only).
+    # vLLM 0.32 pins transformers<5.20, which has no bailing_hybrid config class: a real checkpoint
+    # loads there through its remote code (trust_remote_code), which the recorder does not run.
+    "BailingMoeV2_5ForCausalLM": Target("bailing_hybrid", _BAILING25, "mtp",
+                                        engine_args={"enable_prefix_caching": False}, since="vllm-0.33"),
+    # Qwen3.5/3.6 (text_config; the vision tower is built too: its linears ask the quant config)
+    "Qwen3_5ForConditionalGeneration": Target("qwen3_5", _QWEN3_5_VISION, "mtp", text=_QWEN3_5_TEXT),
+    "Qwen3_5MoeForConditionalGeneration": Target("qwen3_5_moe", _QWEN3_5_VISION, "mtp", text=_QWEN3_5_MOE_TEXT),
+    # engram's n-gram hash state reads the tokenizer (common/engram.py NgramHashState: buffers only)
+    "DeepseekV41ForCausalLM+DSparkV41DraftModel": Target(
+        "deepseek_v41", {}, "dspark", cuda=True, text=_V41_TEXT, since="vllm-0.33",
+        inert=("vllm.models.deepseek_v41.nvidia.model:NgramHashState",)),
 }
 
 
-# Architectures with a draft form that vLLM 0.33 cannot build on this CPU build, and why;
-# specguard keeps its hand-written family models for them (layouts/, engines/vllm/v0_33.py).
+# Architectures with a draft form tried and not recorded, and why (an architecture with neither
+# a plan nor a hand-written family model routes ``unknown``: engines/vllm/v0_33.py no_plan).
 NOT_RECORDED = {
-    "DeepseekV41ForCausalLM": "DeepseekV41Config (transformers_utils/configs/deepseek_v41.py) has no text "
-                              "defaults; filled from DeepseekV4Config's, transformers' validator refuses them "
-                              "(ValueError: The `mlp_layer_types` entries must be in ('sparse', 'dense') but got "
-                              "['hash_moe', 'hash_moe', 'hash_moe', 'moe'])",
-    "Qwen3_5ForConditionalGeneration": "qwen3_5.py imports the Qwen3-VL vision tower, which needs torchvision "
-                                       "(not in the CPU install); the text classes share the module",
-    "Qwen3_5MoeForConditionalGeneration": "as Qwen3_5ForConditionalGeneration",
-    "BailingMoeV2_5ForCausalLM": "VllmConfig rejects the hybrid's draft on CPU (--mamba-block-size can only be set "
-                                 "with --enable-prefix-caching)",
-    "DeepseekV32ForCausalLM": "VllmConfig validation fails with an assertion on the CPU build",
+    "MiMoV2FlashForCausalLM": "MiMoV2FlashConfig lacks hybrid_layer_pattern (a remote-code key): needs the "
+                              "published config's keys",
+    "HYV3ForCausalLM": "hy_v3.py: 'first_k_dense_replace not exist': needs the published config's keys",
+    "NemotronHForCausalLM": "its MLP (is_act_and_mul=False) is refused on CPU (CUDA, XPU, ROCm only): needs a "
+                            "CUDA build of the layer",
+    "Step3p5ForCausalLM": "Step3p7TextConfig lacks use_moe_router_bias: needs the published config's keys",
+    "ExaoneMoeForCausalLM": "records (Target('exaone_moe', {'num_nextn_predict_layers': K}, 'mtp')); left out "
+                            "until a published-config copy tests it",
+    "DeepseekV3ForCausalLM+Eagle3DeepseekV3ForCausalLM": "SpeculativeConfig refuses the hand-made drafter config: "
+                                                         "needs a published drafter config",
+    "MiniMaxM2ForCausalLM+Eagle3MiniMaxM2ForCausalLM": "MiniMaxM2Config lacks rotary_dim: needs the published "
+                                                       "config's keys",
+    "GlmMoeDsaForCausalLM": "records (Target('glm_moe_dsa', {**_DS, **_DSA}, 'mtp', cuda=True): the DeepSeek-V3.2 "
+                            "class); left out: layouts/ routes glm_moe_dsa generically (not as DeepSeek-V3 "
+                            "names) and no published copy tests it",
+    "Qwen3ForCausalLM+DFlashDraftModel": "records; left out: specguard routes no dflash draft (layouts: "
+                                         "mtp/dspark/eagle) and no published copy tests it",
 }
-
 
 def _templated(name: str, n: int, draft: bool) -> str:
     """``layers.{i}`` -> ``layers.{L}`` (target layer), ``layers.{D}`` (draft runtime
@@ -360,10 +434,22 @@ _NVIDIA_CLASSES = {
     "DeepseekV4ForCausalLM": "vllm.models.deepseek_v4.nvidia.model:DeepseekV4ForCausalLM",
     "DeepSeekV4MTPModel": "vllm.models.deepseek_v4.nvidia.mtp:DeepSeekV4MTP",
     "DSparkDraftModel": "vllm.models.deepseek_v4.nvidia.dspark:DSparkDeepseekV4ForCausalLM",
+    # vllm/models/deepseek_v32/__init__.py: CPU and XPU build the generic deepseek_v2.py classes
+    "DeepseekV32ForCausalLM": "vllm.models.deepseek_v32.nvidia.model:DeepseekV32ForCausalLM",
+    "GlmMoeDsaForCausalLM": "vllm.models.deepseek_v32.nvidia.model:DeepseekV32ForCausalLM",
+    "DeepseekV32MTPModel": "vllm.models.deepseek_v32.nvidia.mtp:DeepseekV32MTP",
 }
 # The device a CUDA recording stands for: an H100/H200 (SM 9.0), where the DeepSeek-V4 attention
 # class picks FlashMLA (nvidia/model.py _select_dsv4_attn_cls).
 CUDA_CAPABILITY = (9, 0)
+
+
+class _CudaDeviceProperties:
+    """What ``torch.cuda.get_device_properties`` reports for the device a CUDA recording stands for."""
+
+    name = "NVIDIA H200"
+    major, minor = CUDA_CAPABILITY
+    multi_processor_count = 132
 
 
 class _InertCudaObject:
@@ -372,6 +458,20 @@ class _InertCudaObject:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+
+def _sparse_attn_backend(cpu_choice: Any) -> Any:
+    """The CPU platform refuses sparse MLA (DeepSeek-V3.2's indexer attention, platforms/cpu.py);
+    an SM 9.0 CUDA server picks a FlashMLA sparse backend (platforms/cuda.py
+    ``_get_backend_priorities``). The backend is the attention kernel only: it decides no
+    prefix, no layer class that asks the quant config, no loader mapping."""
+    def choose(cls: Any, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None) -> str:
+        if getattr(attn_selector_config, "use_sparse", False):
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+            return str(AttentionBackendEnum.FLASHMLA_SPARSE.get_path())
+        return str(cpu_choice(cls, selected_backend, attn_selector_config, num_heads))
+    return choose
 
 
 @contextmanager
@@ -397,9 +497,25 @@ def _cuda_build(on: bool) -> Iterator[None]:
     platform.get_device_capability = classmethod(
         lambda cls, device_id=0: DeviceCapability(*CUDA_CAPABILITY))
     torch.cuda.Stream, torch.cuda.Event = _InertCudaObject, _InertCudaObject  # type: ignore[misc,assignment]
+    from vllm.v1.worker import workspace
+
+    if workspace._manager is None:  # gpu_worker.py sets it up before building (sparse MLA reserves scratch)
+        workspace.init_workspace_manager(torch.device("meta"))
+    saved_attn = platform.__dict__["get_attn_backend_cls"]
+    platform.get_attn_backend_cls = classmethod(_sparse_attn_backend(saved_attn.__func__))
+    # the workspace frees cached blocks before growing; V4.1's engram table sizes its kernel grid
+    # by the device's SM count (an H100/H200 has 132)
+    saved_device = (torch.accelerator.empty_cache, torch.accelerator.current_device_index,
+                    torch.cuda.get_device_properties)
+    torch.accelerator.empty_cache = lambda: None
+    torch.accelerator.current_device_index = lambda: 0
+    torch.cuda.get_device_properties = lambda *args, **kwargs: _CudaDeviceProperties()  # type: ignore[assignment]
     try:
         yield
     finally:
+        (torch.accelerator.empty_cache, torch.accelerator.current_device_index,
+         torch.cuda.get_device_properties) = saved_device
+        platform.get_attn_backend_cls = saved_attn
         torch.cuda.Stream, torch.cuda.Event = saved_cuda  # type: ignore[misc]
         if saved_cap is None:
             del platform.get_device_capability
@@ -408,12 +524,42 @@ def _cuda_build(on: bool) -> Iterator[None]:
         ModelRegistry.models.update(saved_models)
 
 
+@contextmanager
+def _inert(names: tuple[str, ...]) -> Iterator[None]:
+    """Each ``module:Class`` replaced by an empty ``nn.Module`` while the model is built."""
+    import importlib
+
+    import torch.nn as nn
+
+    class Inert(nn.Module):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+
+    saved = []
+    for name in names:
+        module = importlib.import_module(name.split(":")[0])
+        attr = name.split(":")[1]
+        saved.append((module, attr, getattr(module, attr)))
+        setattr(module, attr, Inert)
+    try:
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+
+
 def _single_rank(vllm_config: Any) -> None:
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment, parallel_state
     from vllm.distributed.parallel_state import model_parallel_is_initialized
 
     if model_parallel_is_initialized():
+        if parallel_state._EP is not None or not vllm_config.model_config.is_moe:
+            return
+        # the groups were made for a dense model (no expert-parallel group): make them again
+        parallel_state.destroy_model_parallel()
+        with set_current_vllm_config(vllm_config):
+            ensure_model_parallel_initialized(1, 1)
         return
     store = tempfile.mkdtemp(prefix="specguard-gloo-")
     with set_current_vllm_config(vllm_config):
@@ -458,17 +604,12 @@ def record(name: str) -> dict[str, Any]:
     target = TARGETS[name]
     arch = name.split("+", 1)[0]
     config = {"architectures": [arch], "model_type": target.model_type, "num_hidden_layers": N, **target.config}
-    if target.text_defaults is not None:
-        import transformers
-
-        text = transformers.AutoConfig.for_model(target.text_defaults).to_dict()
-        per_layer = text.get("num_hidden_layers")  # per-layer lists (layer_types) follow the count
-        text = {k: (v[:N] if isinstance(v, list) and len(v) == per_layer else v) for k, v in text.items()
-                if k not in ("architectures", "model_type", "transformers_version")}
-        config = {"architectures": [arch], "model_type": target.model_type,
-                  "text_config": {**text, "num_hidden_layers": N, **target.config}}
+    if target.text is not None:
+        # ``config``: the wrapper's own keys (a vision tower's size) beside its text_config
+        config = {"architectures": [arch], "model_type": target.model_type, **target.config,
+                  "text_config": {**target.text, "num_hidden_layers": N}}
     with (tempfile.TemporaryDirectory(prefix="specguard-plan-") as d, _class_mappings_kept(),
-          _cuda_build(target.cuda)):
+          _cuda_build(target.cuda), _inert(target.inert)):
         vc = _engine_config(target, config, Path(d, "with"))
         _single_rank(vc)
         built, rec = _build(vc, vc.model_config)
@@ -569,7 +710,32 @@ def targets(engine: str = ENGINE) -> list[str]:
     return [n for n, t in TARGETS.items() if t.since is None or version(engine) >= version(t.since)]
 
 
+def torchvision_prelude() -> None:
+    """Qwen3.5's module imports Qwen3-VL's, whose transformers image/video processors import
+    torchvision. The wheels on this index are CUDA builds; the overlay (scripts/engines.sh:
+    .engines/torchvision-0.28.0, put on PYTHONPATH by the callers) drops its ``_C`` extension,
+    which needs libtorch_cuda, so the two op schemas its Python side registers fakes for are
+    defined here first (as the SGLang recorder does). Nothing torchvision runs builds a layer."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None or "torchvision" in sys.modules:
+        return
+    if any(Path(spec.origin).parent.glob("_C*.so")):
+        return  # a build whose extension loads registers its own ops
+    import torch
+
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEPT.append(lib)
+
+
+_KEPT: list[Any] = []  # the torchvision op library stays alive for the process
+
+
 def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:
+    torchvision_prelude()
     from vllm.model_executor.models.registry import ModelRegistry
 
     only = only or targets()
