@@ -26,6 +26,7 @@ transformers class they extend. Nothing that decides a prefix or a class is touc
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import os
@@ -725,9 +726,11 @@ def torchvision_prelude() -> None:
         return  # a build whose extension loads registers its own ops
     import torch
 
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                   "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"):
+        with contextlib.suppress(RuntimeError):  # defined already: the overlay's sitecustomize hook ran first
+            lib.define(schema)
     _KEPT.append(lib)
 
 
