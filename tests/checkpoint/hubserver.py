@@ -51,6 +51,10 @@ class Request(NamedTuple):
 
 
 class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a client opening 64 connections at once
+    # overflows it, and each dropped SYN costs a 1 s retransmit (the Hub's front end takes them).
+    request_queue_size = 256
+
     def handle_error(self, request: object, client_address: object) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is what the faults provoke
             super().handle_error(request, client_address)  # type: ignore[arg-type]

@@ -13,6 +13,11 @@ retry on stderr. Here instead (docs/remote.md, "Limits"):
   gets one line saying when to come back;
 - an answer's size and kind are checked from its headers, and at most the bytes
   asked for are read.
+
+Where the standard library's http.client does exactly what httpx2 would (no proxy,
+a token known without huggingface_hub's auth code: revision.py ``plain_fits``), it
+carries the requests instead (plainhttp.py): the same rules, without httpx2's and
+huggingface_hub's imports (benchmarks/remote.py times both).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from specguard.checkpoint import plainhttp
 from specguard.checkpoint.errors import CheckpointError
 from specguard.errors import UsageError
 
@@ -169,17 +175,28 @@ class Session:
     headers: dict[str, str]
     limits: Limits = field(default_factory=Limits.from_env)
     connections: int = 32
+    plain: bool = False  # http.client (plainhttp.py) instead of httpx2
+    stop: threading.Event = field(default_factory=threading.Event)  # set: every read ends within POLL
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
         self.deadline = self.started + self.limits.audit
-        self.stop = threading.Event()
         self._waited = 0.0
         self._lock = threading.Lock()
-        self.client = _client(self.connections)
+        self.client: httpx2.Client | None = None
+        self.pool: plainhttp.Pool | None = None
+        if self.plain:
+            from specguard.checkpoint.revision import ssl_context
+
+            self.pool = plainhttp.Pool(lambda: _left(_until(None), plainhttp.Timeout), POLL, ssl_context)
+        else:
+            self.client = _client(self.connections)
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
+        if self.pool is not None:
+            self.pool.close()
 
     def get(self, url: str, where: str, *, method: Literal["GET", "HEAD"] = "GET", first: int | None = None,
             last: int | None = None, limit: int) -> Answer:
@@ -227,16 +244,52 @@ class Session:
 
     def _once(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
               first: int | None, last: int | None, limit: int) -> Answer:
+        _CLOCK.at, _CLOCK.stop = min(time.monotonic() + self.limits.request, self.deadline), self.stop
+        try:
+            if self.pool is not None:
+                return self._once_plain(method, url, headers, where, first, last, limit)
+            return self._once_httpx2(method, url, headers, where, first, last, limit)
+        finally:
+            _CLOCK.at = math.inf
+
+    def _once_plain(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
+                    first: int | None, last: int | None, limit: int) -> Answer:
+        """``_once`` over http.client: each failure named as ``_once_httpx2`` names it."""
+        assert self.pool is not None
+        try:
+            with self.pool.stream(method, url, headers, MAX_REDIRECTS) as r:
+                if r.status in RETRY_STATUS:
+                    raise _Retryable(f"HTTP {r.status} {r.reason}"[:60], _retry_after(r.status, r.headers))
+                body = b""
+                if r.status < 300 and method == "GET":
+                    size = _body_size(r.status, r.headers, where, first, last, limit)
+                    body = _read(r, size, where)
+                return Answer(r.status, r.headers, body, r.commit, r.url)
+        except plainhttp.Timeout as e:
+            raise self._late(where) from e
+        except plainhttp.Dropped as e:
+            if self.stop.is_set():
+                raise CheckpointError(where, "stopped") from e
+            raise _Retryable(f"the server dropped the connection ({_short(e)})") from e
+        except plainhttp.TooManyRedirects as e:
+            raise CheckpointError(where, f"more than {MAX_REDIRECTS} redirects (a redirect loop)") from e
+        except plainhttp.BadURL as e:
+            raise CheckpointError(where, f"bad redirect or URL: {_short(e)}") from e
+        except plainhttp.CannotConnect as e:  # refused, unknown host: the server is not there; not retried
+            raise CheckpointError(where, f"cannot reach the server: {_short(e)}") from e
+
+    def _once_httpx2(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
+                     first: int | None, last: int | None, limit: int) -> Answer:
         import httpx2
 
-        _CLOCK.at, _CLOCK.stop = min(time.monotonic() + self.limits.request, self.deadline), self.stop
+        assert self.client is not None
         try:
             with self.client.stream(method, url, headers=headers) as r:
                 commit = next((h.headers["x-repo-commit"] for h in (*r.history, r) if "x-repo-commit" in h.headers),
                               None)
-                if r.status_code in RETRY_STATUS:
-                    raise _Retryable(f"HTTP {r.status_code} {r.reason_phrase}"[:60], _retry_after(r))
                 hdrs = {k.lower(): v for k, v in r.headers.items()}
+                if r.status_code in RETRY_STATUS:
+                    raise _Retryable(f"HTTP {r.status_code} {r.reason_phrase}"[:60], _retry_after(r.status_code, hdrs))
                 body = b""
                 if r.status_code < 300 and method == "GET":
                     size = _body_size(r.status_code, hdrs, where, first, last, limit)
@@ -256,8 +309,6 @@ class Session:
             raise CheckpointError(where, f"cannot reach the server: {_short(e)}") from e
         except httpx2.HTTPError as e:
             raise CheckpointError(where, f"HTTP failure: {_short(e)}") from e
-        finally:
-            _CLOCK.at = math.inf
 
     def _late(self, where: str) -> Exception:
         if self.stop.is_set():
@@ -275,9 +326,10 @@ class _Retryable(Exception):
         self.wait = wait  # seconds the server asked for (Retry-After), None without
 
 
-def _retry_after(r: httpx2.Response) -> float | None:
-    """Retry-After as seconds or an HTTP date; a 429 without it: the Hub's RateLimit reset."""
-    value = r.headers.get("retry-after", "").strip()
+def _retry_after(status: int, headers: dict[str, str]) -> float | None:
+    """Retry-After as seconds or an HTTP date; a 429 without it: the Hub's RateLimit reset.
+    ``headers``: lower-case names."""
+    value = headers.get("retry-after", "").strip()
     if value.isdigit():
         return float(value)
     if value:
@@ -285,8 +337,8 @@ def _retry_after(r: httpx2.Response) -> float | None:
             return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
         except (TypeError, ValueError):
             return None
-    if r.status_code == 429:  # `RateLimit: "api";r=0;t=55` (huggingface_hub's parse_ratelimit_headers)
-        for part in r.headers.get("ratelimit", "").split(";"):
+    if status == 429:  # `RateLimit: "api";r=0;t=55` (huggingface_hub's parse_ratelimit_headers)
+        for part in headers.get("ratelimit", "").split(";"):
             key, _, number = part.strip().partition("=")
             if key == "t" and number.isdigit():
                 return float(number)
@@ -313,7 +365,7 @@ def _body_size(status: int, headers: dict[str, str], where: str, first: int | No
     return limit
 
 
-def _read(r: httpx2.Response, limit: int, where: str) -> bytes:
+def _read(r: httpx2.Response | plainhttp.Response, limit: int, where: str) -> bytes:
     chunks, n = [], 0
     for chunk in r.iter_bytes():
         n += len(chunk)

@@ -25,6 +25,7 @@ gated, rate-limited).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal
@@ -109,15 +110,23 @@ class _Hub:
         self.endpoint = revision_.endpoint()
         self.session: Session | None = None
 
-    def connect(self) -> None:
+    def connect(self, stop: threading.Event | None = None) -> None:
         from huggingface_hub import constants
-        from huggingface_hub.utils import build_hf_headers
 
         if constants.is_offline_mode():
             raise CheckpointError(self.repo_id, "offline mode is on (HF_HUB_OFFLINE): --remote needs the network")
-        headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
+        plain, token = revision_.plain_fits(self.endpoint)
+        if plain:  # the token build_hf_headers() would send, without importing it (revision.py plain_token)
+            headers = {"user-agent": _user_agent()}
+            if token:
+                headers["authorization"] = f"Bearer {token}"
+        else:
+            from huggingface_hub.utils import build_hf_headers
+
+            headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
         self.token = "authorization" in {k.lower() for k in headers}
-        self.session = Session(self.repo_id, headers, connections=POOL)
+        self.session = Session(self.repo_id, headers, connections=POOL, plain=plain,
+                               stop=stop or threading.Event())
 
     def close(self) -> None:
         if self.session is not None:
@@ -182,6 +191,17 @@ class _Hub:
                 f"(Content-Range {first}-{last}): a truncated or wrong range",
             )
         return r.body, size
+
+
+def _user_agent() -> str:
+    """As build_hf_headers() names the client, with specguard as the library."""
+    import platform
+
+    import huggingface_hub
+
+    from specguard._version import __version__
+
+    return f"specguard/{__version__}; hf_hub/{huggingface_hub.__version__}; python/{platform.python_version()}"
 
 
 class _NoSuchShard(Exception):

@@ -68,20 +68,32 @@ def resolve(repo_id: str, revision: str | None) -> tuple[str, str] | None:
     return where, found[0]
 
 
-def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, bool] | None:
-    """(commit, has an index) from one HEAD through http.client; None: ask the full client."""
+def plain_fits(where: str) -> tuple[bool, str | None]:
+    """(True, the token to send) where the standard library's http.client does what the full
+    client (httpx2 with huggingface_hub's headers) would for ``where``; (False, None) where not:
+    a proxy or CA setting, OIDC, offline mode, a macOS/Windows trust store, an odd endpoint."""
     import sys
 
     if sys.platform in ("darwin", "win32") or any(os.environ.get(v) for v in _FULL_CLIENT_ENV):
-        return None
+        return False, None
     from huggingface_hub import constants
 
     if constants.is_offline_mode():
-        return None
+        return False, None
     sent, token = plain_token()
     url = urlsplit(where)
     if not sent or url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+        return False, None
+    return True, token
+
+
+def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, bool] | None:
+    """(commit, has an index) from one HEAD through http.client; None: ask the full client."""
+    fits, token = plain_fits(where)
+    if not fits:
         return None
+    url = urlsplit(where)
+    assert url.hostname is not None  # plain_fits saw it
     import http.client
 
     from specguard.checkpoint.hubhttp import Limits
@@ -94,7 +106,7 @@ def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, 
     try:
         if url.scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                url.hostname, url.port, timeout=timeout, context=_ssl_context())
+                url.hostname, url.port, timeout=timeout, context=ssl_context())
         else:
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
         try:
@@ -114,7 +126,7 @@ def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, 
     return None
 
 
-def _ssl_context() -> ssl.SSLContext:
+def ssl_context() -> ssl.SSLContext:
     """The certificates httpx2 trusts on Linux (httpcore2's ``default_ssl_context``):
     SSL_CERT_FILE, else SSL_CERT_DIR, else the system's."""
     import ssl

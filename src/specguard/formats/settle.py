@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.source import Checkpoint
 from specguard.formats import scheme as s
@@ -110,4 +108,6 @@ def _weight_shape(checkpoint: Checkpoint, module: Module) -> tuple[int, ...] | N
         raw = checkpoint.read_bytes_range(t.name, t.nbytes)
     except CheckpointError:
         return None
+    import numpy as np  # here: a header-only inspect never loads numpy
+
     return tuple(int(x) for x in np.frombuffer(raw, dtype=_SHAPE_DTYPES[t.dtype]))

@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported when bytes are sniffed: a header-only inspect never loads it
+    import numpy as np
 
 E8M0 = "F8_E8M0"
 E4M3 = "F8_E4M3"
@@ -44,6 +46,8 @@ def sniff_scale_bytes(raw: bytes | np.ndarray) -> Sniff:
 def sniff_many(raws: Sequence[bytes | np.ndarray]) -> list[Sniff]:
     """``sniff_scale_bytes`` of each sample: samples of one length are stacked and their
     percentiles taken in one call (a lint sniffs hundreds of modules: benchmarks/lint_export.py)."""
+    import numpy as np
+
     codes = [np.frombuffer(r, np.uint8) if isinstance(r, bytes | bytearray) else np.asarray(r).view(np.uint8).ravel()
              for r in raws]
     out: list[Sniff | None] = [None] * len(codes)
@@ -66,6 +70,8 @@ def sniff_many(raws: Sequence[bytes | np.ndarray]) -> list[Sniff]:
 def _decide(b: np.ndarray, n: int, signed: int, spread: float) -> Sniff:
     if signed:
         return Sniff(E8M0, 0.99, f"{signed} of {n} bytes have the sign bit set: negative as E4M3 scales", n)
+    import numpy as np
+
     p_e8m0 = 1.0 / (1.0 + math.exp((spread - _MIDPOINT) / _SLOPE))
     counts = np.bincount(b, minlength=256)
     distinct = int(np.count_nonzero(counts))
