@@ -17,11 +17,20 @@ most shards + 4 requests and 1.05x the bytes a reader needs (every shard's heade
 the index and the config files). CPU time (user + system) is printed beside wall
 time: on a shared machine wall time waits for others. ``specguard --version`` is
 timed too: the start-up every command pays before it reads anything.
+
+specguard sends its requests through the standard library's http.client where that
+does what huggingface_hub's httpx2 would (checkpoint/plainhttp.py), and through
+httpx2 where not (a proxy setting, among others): the "httpx2" row is the same audit
+with a proxy set and bypassed for the server (NO_PROXY), so the full client runs.
+Every run uses compiled bytecode, as an installed package does (the package is
+compiled first: a sandbox with PYTHONDONTWRITEBYTECODE would otherwise compile
+specguard's modules, but not huggingface_hub's, on every run).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import json
 import os
@@ -144,6 +153,8 @@ def bench(shards: int, delay: float, repeat: int, spinners: int) -> None:
     ours, stats = best[COLD]
     cached, cached_stats = best[CACHED]
     print(f"  specguard / peer time = {ours / peer:.2f} (goal <= 0.5); CPU {stats['cpu'] / peer_stats['cpu']:.2f}")
+    full, full_stats = best[FULL]
+    print(f"  http.client / httpx2 client, whole run: time {ours / full:.2f}; CPU {stats['cpu'] / full_stats['cpu']:.2f}")
     reading = best[READ_OURS][0] / best[READ_PEER][0]
     print(f"  reading only, specguard / peer time = {reading:.2f}")
     start = best[STARTUP][0]
@@ -161,6 +172,9 @@ CACHED = "specguard inspect --remote, cached"
 STARTUP = "specguard --version (start-up only)"
 READ_PEER = "headers only: huggingface_hub, in-process"
 READ_OURS = "headers only: specguard, in-process"
+FULL = "specguard inspect --remote, httpx2 client"
+# A proxy the user set, bypassed for the server: specguard's full client (httpx2) then runs.
+PROXY = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
 
 
 def one_round(server: Server) -> dict[str, tuple[float, dict]]:
@@ -179,6 +193,8 @@ def one_round(server: Server) -> dict[str, tuple[float, dict]]:
             STARTUP: [sys.executable, "-m", "specguard.cli", "--version"],
         }
         results = {label: timed(server, cmd, env) for label, cmd in runs.items()}
+        proxied = {**env, "XDG_CACHE_HOME": f"{tmp}/xdg-httpx2", **PROXY}
+        results[FULL] = timed(server, specguard, proxied)
         for label in (READ_PEER, READ_OURS):
             results[label] = read_in_process(label, server, tmp)
     return results
@@ -193,6 +209,9 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # before huggingface_hub is imported (read_in_process)
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    import specguard
+
+    compileall.compile_dir(Path(specguard.__file__).parent, quiet=1)  # as pip does on install
     print(machine())
     for shards in args.shards:
         for spinners in sorted({0, args.busy}):
