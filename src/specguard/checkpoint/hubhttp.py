@@ -22,20 +22,19 @@ huggingface_hub's imports (benchmarks/remote.py times both).
 
 from __future__ import annotations
 
-import email.utils
 import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from specguard.checkpoint import plainhttp
 from specguard.checkpoint.errors import CheckpointError
 from specguard.errors import UsageError
 
 if TYPE_CHECKING:
     import httpx2
+
+    from specguard.checkpoint import plainhttp
 
 # Defaults; each is overridden by its environment variable (seconds).
 REQUEST_TIMEOUT = 30.0  # SPECGUARD_REMOTE_TIMEOUT: one request, from connect to its last byte
@@ -50,8 +49,7 @@ ENV = {"request": "SPECGUARD_REMOTE_TIMEOUT", "audit": "SPECGUARD_REMOTE_DEADLIN
        "retry_wait": "SPECGUARD_REMOTE_RETRY_WAIT"}
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):  # not a dataclass: a replayed audit imports this module, not dataclasses
     request: float = REQUEST_TIMEOUT
     audit: float = AUDIT_TIMEOUT
     retry_wait: float = RETRY_WAIT
@@ -167,18 +165,17 @@ def _client(connections: int) -> httpx2.Client:
     return client
 
 
-@dataclass
 class Session:
-    """Requests of one audit: shared deadline, shared retry-wait allowance, a stop flag."""
+    """Requests of one audit: shared deadline, shared retry-wait allowance, a stop flag.
 
-    where: str  # the repo id, for messages
-    headers: dict[str, str]
-    limits: Limits = field(default_factory=Limits.from_env)
-    connections: int = 32
-    plain: bool = False  # http.client (plainhttp.py) instead of httpx2
-    stop: threading.Event = field(default_factory=threading.Event)  # set: every read ends within POLL
+    ``where``: the repo id, for messages; ``plain``: http.client (plainhttp.py) instead of
+    httpx2; ``stop``: set, every read ends within POLL."""
 
-    def __post_init__(self) -> None:
+    def __init__(self, where: str, headers: dict[str, str], limits: Limits | None = None, connections: int = 32,
+                 plain: bool = False, stop: threading.Event | None = None) -> None:
+        self.where, self.headers, self.connections, self.plain = where, headers, connections, plain
+        self.limits = Limits.from_env() if limits is None else limits
+        self.stop = threading.Event() if stop is None else stop
         self.started = time.monotonic()
         self.deadline = self.started + self.limits.audit
         self._waited = 0.0
@@ -186,6 +183,7 @@ class Session:
         self.client: httpx2.Client | None = None
         self.pool: plainhttp.Pool | None = None
         if self.plain:
+            from specguard.checkpoint import plainhttp
             from specguard.checkpoint.revision import ssl_context
 
             self.pool = plainhttp.Pool(lambda: _left(_until(None), plainhttp.Timeout), POLL, ssl_context)
@@ -255,6 +253,8 @@ class Session:
     def _once_plain(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
                     first: int | None, last: int | None, limit: int) -> Answer:
         """``_once`` over http.client: each failure named as ``_once_httpx2`` names it."""
+        from specguard.checkpoint import plainhttp
+
         assert self.pool is not None
         try:
             with self.pool.stream(method, url, headers, MAX_REDIRECTS) as r:
@@ -333,6 +333,8 @@ def _retry_after(status: int, headers: dict[str, str]) -> float | None:
     if value.isdigit():
         return float(value)
     if value:
+        import email.utils
+
         try:
             return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
         except (TypeError, ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from specguard.errors import SpecguardError
@@ -86,6 +85,8 @@ def save_checked(path: Path | None, payload: bytes) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # here: a replay only reads
+
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
