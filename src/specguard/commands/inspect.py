@@ -22,7 +22,6 @@ from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
 from specguard.layouts.runs import group_runs
-from specguard.resolve import Resolver
 from specguard.terminal import console, escape, print_table
 
 
@@ -61,6 +60,8 @@ def _as_route_settles(table: ModuleTable, stored: dict[str, Scheme]) -> dict[str
     several = [name for name, sc in stored.items() if sc.readings]
     if not several:
         return stored
+    from specguard.resolve import Resolver  # here: only a header that fits several schemes needs routing
+
     try:
         routes = Resolver(table.checkpoint, table=table).routes()
     except (SpecguardError, ValueError):  # no config to route by: the header's first reading

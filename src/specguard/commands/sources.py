@@ -10,9 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from typing import Any
 
 from specguard.checkpoint.index import CONFIG, INDEX
 from specguard.checkpoint.source import Checkpoint, open_checkpoint
@@ -27,16 +25,20 @@ SHOW_PROGRESS_FROM = 8  # shards; fewer finish before a bar would draw
 @contextmanager
 def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     """A transient bar on stderr, drawn only on a terminal (never into pipes or logs)."""
-    # a terminal's bar, never part of a kept audit's output (commands/replay.py)
-    console = Console(file=getattr(sys.stderr, "unrecorded", sys.stderr))
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)
+    bar: Any = None  # rich.progress is imported when a bar is drawn: piped output never needs it
     task = None
 
     def update(done: int, total: int) -> None:
-        nonlocal task
+        nonlocal bar, task
         if total < SHOW_PROGRESS_FROM or not sys.stderr.isatty():
             return
-        if task is None:
+        if bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            # a terminal's bar, never part of a kept audit's output (commands/replay.py)
+            console = Console(file=getattr(sys.stderr, "unrecorded", sys.stderr))
+            bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True, console=console)
             bar.start()
             task = bar.add_task(label, total=total)
         bar.update(task, completed=done)
@@ -44,7 +46,7 @@ def _progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     try:
         yield update
     finally:
-        if task is not None:
+        if bar is not None:
             bar.stop()
 
 
