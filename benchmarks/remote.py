@@ -154,7 +154,8 @@ def bench(shards: int, delay: float, repeat: int, spinners: int) -> None:
     cached, cached_stats = best[CACHED]
     print(f"  specguard / peer time = {ours / peer:.2f} (goal <= 0.5); CPU {stats['cpu'] / peer_stats['cpu']:.2f}")
     full, full_stats = best[FULL]
-    print(f"  http.client / httpx2 client, whole run: time {ours / full:.2f}; CPU {stats['cpu'] / full_stats['cpu']:.2f}")
+    print(f"  http.client / httpx2 client, whole run: time {ours / full:.2f}; "
+          f"CPU {stats['cpu'] / full_stats['cpu']:.2f}")
     reading = best[READ_OURS][0] / best[READ_PEER][0]
     print(f"  reading only, specguard / peer time = {reading:.2f}")
     start = best[STARTUP][0]

@@ -48,6 +48,7 @@ class Request(NamedTuple):
     range: str | None
     time: float  # time.monotonic() when it arrived
     authorization: str | None
+    user_agent: str | None = None
 
 
 class _Server(ThreadingHTTPServer):
@@ -143,7 +144,7 @@ class HubServer:
                 with server._lock:
                     server.requests.append(Request(
                         self.command, self.path, self.headers.get("range"), time.monotonic(),
-                        self.headers.get("authorization"),
+                        self.headers.get("authorization"), self.headers.get("user-agent"),
                     ))
                 if server.delay:
                     time.sleep(server.delay)

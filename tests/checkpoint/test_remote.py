@@ -193,13 +193,96 @@ def test_retries_429_after_retry_after_and_503(hub_env, monkeypatch):
     assert len([r for r in hub.requests if r.path.endswith(SHARD1)]) == 2
 
 
-def test_token_travels_with_every_request(hub_env, monkeypatch):
+# A proxy the user set, bypassed for the test server: http.client cannot vouch for proxy
+# settings (revision.py plain_fits), so the audit goes through the full client, httpx2
+# with huggingface_hub's headers (its user agent names no specguard).
+FULL_CLIENT = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+               "NO_PROXY": "127.0.0.1,localhost"}
+CLIENT_AGENT = {"plain": "specguard/", "httpx2": "unknown/None; hf_hub/"}
+
+
+def _use_client(monkeypatch, client: str) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
+                "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    if client == "httpx2":
+        for k, v in FULL_CLIENT.items():
+            monkeypatch.setenv(k, v)
+
+
+@pytest.mark.parametrize("client", ["plain", "httpx2"])
+def test_token_travels_with_every_request(hub_env, monkeypatch, client):
     _repo(hub_env / "repo")
+    _use_client(monkeypatch, client)
     monkeypatch.setenv("HF_TOKEN", "hf_specguardtesttoken")
     with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         open_checkpoint("acme/tiny", remote=True)
     assert {r.authorization for r in hub.requests} == {"Bearer hf_specguardtesttoken"}
+    assert all(r.user_agent.startswith(CLIENT_AGENT[client]) for r in hub.requests)
+
+
+def test_both_clients_read_the_same_in_the_same_requests(hub_env, monkeypatch):
+    """http.client where it can vouch for the settings, httpx2 where not: one answer."""
+    wm = _repo(hub_env / "repo", big=True)
+    read = {}
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        for client in ("plain", "httpx2"):
+            _use_client(monkeypatch, client)
+            monkeypatch.setenv("XDG_CACHE_HOME", str(hub_env / f"xdg-{client}"))  # a cold audit each
+            hub.reset()
+            ckpt = open_checkpoint("acme/tiny", remote=True)
+            read[client] = (ckpt.tensors, ckpt.config, sorted((r.method, r.path, r.range) for r in hub.requests))
+            assert all(r.user_agent.startswith(CLIENT_AGENT[client]) for r in hub.requests)
+    assert set(read["plain"][0]) == set(wm) and read["plain"] == read["httpx2"]
+
+
+def test_a_remote_inspect_imports_neither_httpx2_nor_numpy(hub_env, monkeypatch):
+    """The requests go through http.client: neither httpx2 nor huggingface_hub's auth
+    headers are imported, nor numpy (no bytes are decoded from headers alone)."""
+    import subprocess
+    import sys
+
+    _repo(hub_env / "repo")
+    out = hub_env / "modules.json"
+    probe = ("import json, sys\nfrom specguard.cli import main\ntry:\n    code = main(sys.argv[2:])\nfinally:\n"
+             "    open(sys.argv[1], 'w').write(json.dumps(sorted(sys.modules)))\nsys.exit(code)\n")
+    _use_client(monkeypatch, "plain")
+    with HubServer({"acme/tiny": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        r = subprocess.run([sys.executable, "-c", probe, str(out), "inspect", "acme/tiny", "--remote"],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "layers" in r.stdout, r.stderr
+    loaded = set(json.loads(out.read_text()))
+    assert not loaded & {"httpx2", "httpcore2", "huggingface_hub.utils._headers", "numpy", "ml_dtypes"}
+
+
+def test_ctrl_c_while_the_reading_runs_ahead_is_one_line_and_exit_130(hub_env, monkeypatch):
+    """The reading starts in a thread of its own while the command imports its stages
+    (remote.py ``prefetched``): Ctrl-C then stops its reads within hubhttp.POLL."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _repo(hub_env / "repo")
+    with HubServer({"acme/tiny": hub_env / "repo"}, delay=5.0) as hub:  # each answer 5 s late: three rounds, 15 s
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint}
+        proc = subprocess.Popen([sys.executable, "-m", "specguard.cli", "inspect", "acme/tiny", "--remote"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        end = time.monotonic() + 60
+        while not hub.requests and time.monotonic() < end:  # the first request is in flight
+            time.sleep(0.02)
+        assert hub.requests, "no request arrived"
+        proc.send_signal(signal.SIGINT)
+        t = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t
+    assert (proc.returncode, out, err) == (130, "", "specguard: interrupted\n")
+    assert took < 4.0, f"{took:.1f} s: the reads in flight did not stop"
+    assert not list((hub_env / "xdg").rglob("*.v1"))  # nothing kept
 
 
 def test_single_file_repo_in_two_rounds(hub_env, monkeypatch):
@@ -303,10 +386,18 @@ HOSTILE: dict[str, tuple[str, list[Answer], str]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(HOSTILE))
-def test_hostile_server_one_line_within_the_deadline(hub_env, monkeypatch, capfd, case):
+# The full client (httpx2) meets the same hostile cases; those its own code paths answer
+# (deadlines inside its network backend, its redirect handling, its connection errors):
+FULL_CLIENT_CASES = ("slow drip", "dropped connections", "redirect loop", "redirect to another scheme",
+                     "redirect to a closed port", "login page")
+
+
+@pytest.mark.parametrize(("client", "case"),
+                         [("plain", c) for c in HOSTILE] + [("httpx2", c) for c in FULL_CLIENT_CASES])
+def test_hostile_server_one_line_within_the_deadline(hub_env, monkeypatch, capfd, client, case):
     import time
 
+    _use_client(monkeypatch, client)
     for k, v in LIMITS.items():
         monkeypatch.setenv(k, v)
     _repo(hub_env / "repo")
