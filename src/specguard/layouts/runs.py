@@ -57,19 +57,24 @@ def ranges(values: Iterable[int]) -> str:
     return ",".join(out)
 
 
-def _split(name: str) -> tuple[tuple[str, ...], list[int], str]:
-    parts = name.split(".")
-    leaf = parts.pop() if len(parts) > 1 and not parts[-1].isdigit() else ""
-    template = tuple("#" if p.isdigit() else p for p in parts)
-    numbers = [int(p) for p in parts if p.isdigit()]
-    return template, numbers, leaf
+def _template(stem: str) -> tuple[tuple[str, ...], list[int]]:
+    """``layers.3.ffn.experts.7`` -> (``layers # ffn experts #``, [3, 7])."""
+    parts = stem.split(".")
+    return tuple("#" if p.isdigit() else p for p in parts), [int(p) for p in parts if p.isdigit()]
 
 
 def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
     """Group ``(name, key, item)`` triples into rows, in order of first appearance."""
     runs: dict[tuple[tuple[str, ...], Hashable], Run] = {}
+    stems: dict[str, tuple[tuple[str, ...], list[int]]] = {}  # a module's projections share their stem's split
     for name, key, item in items:
-        template, numbers, leaf = _split(name)
+        stem, dot, leaf = name.rpartition(".")
+        if not dot or leaf.isdigit():  # a name without a leaf: `layers.3`, `embed`
+            stem, leaf = name, ""
+        split = stems.get(stem)
+        if split is None:
+            split = stems[stem] = _template(stem)
+        template, numbers = split
         run = runs.get((template, key))
         if run is None:
             run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
