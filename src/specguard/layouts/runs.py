@@ -66,20 +66,21 @@ def _template(stem: str) -> tuple[tuple[str, ...], list[int]]:
 def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
     """Group ``(name, key, item)`` triples into rows, in order of first appearance."""
     runs: dict[tuple[tuple[str, ...], Hashable], Run] = {}
-    stems: dict[str, tuple[tuple[str, ...], list[int]]] = {}  # a module's projections share their stem's split
+    # A module's projections (w1, w2, w3) share their stem: its split and its slots' integers count once.
+    by_stem: dict[tuple[str, Hashable], Run] = {}
     for name, key, item in items:
         stem, dot, leaf = name.rpartition(".")
         if not dot or leaf.isdigit():  # a name without a leaf: `layers.3`, `embed`
             stem, leaf = name, ""
-        split = stems.get(stem)
-        if split is None:
-            split = stems[stem] = _template(stem)
-        template, numbers = split
-        run = runs.get((template, key))
+        run = by_stem.get((stem, key))
         if run is None:
-            run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
-        for slot, n in zip(run.slots, numbers, strict=True):
-            slot.add(n)
+            template, numbers = _template(stem)
+            run = runs.get((template, key))
+            if run is None:
+                run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
+            for slot, n in zip(run.slots, numbers, strict=True):
+                slot.add(n)
+            by_stem[(stem, key)] = run
         if leaf and leaf not in run.leaves:
             run.leaves.append(leaf)
         run.items.append(item)
