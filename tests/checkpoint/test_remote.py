@@ -556,6 +556,26 @@ def test_plain_lookup_sends_the_token_huggingface_hub_sends(tmp_path, monkeypatc
     assert token == {"none": None, "env": "hf_fromenv", "saved": "hf_saved", "disabled": None}[case]
 
 
+def test_replay_lookup_dropped_or_misanswered_goes_to_the_full_client(hub_env, monkeypatch, capsys):
+    """The replay's own HEAD (revision.py ``_head``, a socket of its own) takes only a plain
+    answer: a dropped connection or a commit that is no hash goes to the full client, which
+    retries it or says what is wrong."""
+    _many_shards(hub_env / "repo", shards=2)
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        first = capsys.readouterr().out
+        hub.reset()
+        hub.script[INDEX] = [Answer(0, {}, drop=True)]
+        assert main(["inspect", "acme/many", "--remote"]) == 0
+        assert capsys.readouterr().out == first and [r.method for r in hub.requests] == ["HEAD", "HEAD"]
+        hub.reset()
+        hub.script[INDEX] = [Answer(200, {"X-Repo-Commit": "not-a-hash"})] * 2
+        assert main(["inspect", "acme/many", "--remote"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "not a hash" in err and len(err.splitlines()) == 1
+
+
 def test_replay_lookup_the_plain_client_cannot_vouch_for_goes_to_the_full_one(hub_env, monkeypatch, capsys):
     """A 503 on the replay's HEAD: the full client retries it (two HEADs, the output kept);
     a repo gone private since: the full client's one line, exit 2, nothing printed from the kept run."""
