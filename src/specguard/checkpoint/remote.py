@@ -93,8 +93,8 @@ def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: t
             index, fetch_index = None, indexed  # the index travels with the configs
         else:
             (index, commit), fetch_index = hub.get_file(INDEX, revision), False
-        snapshot, headers = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
-        checkpoint = _build(repo_id, commit, snapshot, headers)  # validated before it is cached
+        snapshot, headers, weights = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
+        checkpoint = _build(repo_id, commit, snapshot, headers, weights)  # validated before it is cached
     finally:
         hub.close()
     cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
@@ -280,11 +280,15 @@ def _missing_entry(r: Answer) -> bool:
     return r.status == 404 and r.headers.get("x-error-code") == "EntryNotFound"
 
 
+Indexed = tuple[dict[str, str], dict]  # an index's weight_map and metadata (index.py load_index)
+
+
 def _fetch(
     hub: _Hub, commit: str, index: bytes | None, progress: Progress | None, *, fetch_index: bool = False,
-) -> tuple[cache.Snapshot, list[FileHeader]]:
+) -> tuple[cache.Snapshot, list[FileHeader], Indexed | None]:
     """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
-    HEAD) together, then every shard's header, each parsed as it arrives."""
+    HEAD) together, then every shard's header, each parsed as it arrives. Returns what
+    was read, the parsed headers and the parsed index (parsed once: 100,000 entries)."""
     pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
     try:
         configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
@@ -293,8 +297,10 @@ def _fetch(
             if index is None:  # the HEAD saw it, the GET did not
                 raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
         shards: dict[str, list[str]] = {SINGLE: []}
+        indexed = None
         if index is not None:
-            shards = _shards_of(load_index(index, f"{hub.repo_id}/{INDEX}")[0], hub.repo_id)
+            indexed = load_index(index, f"{hub.repo_id}/{INDEX}")
+            shards = _shards_of(indexed[0], hub.repo_id)
         raws, headers = _read_headers(pool, hub, commit, shards, progress)
         config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
     except BaseException:  # a bad shard or Ctrl-C: reads in flight see the stop within hubhttp.POLL
@@ -303,7 +309,7 @@ def _fetch(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
-    return cache.Snapshot(index, config_bytes, raws), headers
+    return cache.Snapshot(index, config_bytes, raws), headers, indexed
 
 
 def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
@@ -409,10 +415,13 @@ def _report(progress: Progress | None, done: int, total: int) -> None:
 
 def _build(
     repo_id: str, commit: str, snapshot: cache.Snapshot, headers: list[FileHeader] | None = None,
+    indexed: Indexed | None = None,
 ) -> Checkpoint:
-    """What was read (fresh, with its headers parsed on arrival, or cached) as a Checkpoint."""
+    """What was read (fresh, with its headers and index parsed on arrival, or cached) as a Checkpoint."""
     weight_map = meta = None
-    if snapshot.index is not None:
+    if indexed is not None:
+        weight_map, meta = indexed
+    elif snapshot.index is not None:
         weight_map, meta = load_index(snapshot.index, f"{repo_id}/{INDEX}")
     if headers is None:
         headers = [parse_header(raw, size, f"{repo_id}/{shard}", file=shard) for shard, size, raw in snapshot.shards]
