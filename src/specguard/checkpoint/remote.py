@@ -75,7 +75,10 @@ def open_remote(repo_id: str, revision: str | None, progress: Progress | None = 
     return _open(repo_id, revision, progress, stop)
 
 
-def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: threading.Event | None) -> Checkpoint:
+def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: threading.Event | None,
+          on_read: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
+    """``on_read``: handed the checkpoint as soon as it is read and validated, before what
+    was read is written to the cache (a prefetch's command goes on meanwhile)."""
     hub = _Hub(repo_id)
     if revision and COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
         snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, revision))
@@ -97,8 +100,10 @@ def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: t
         checkpoint = _build(repo_id, commit, snapshot, headers, weights)  # validated before it is cached
     finally:
         hub.close()
-    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
     revision_.READ[(hub.endpoint, repo_id, revision)] = commit
+    if on_read is not None:
+        on_read(checkpoint)
+    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
     return checkpoint
 
 
@@ -108,6 +113,7 @@ class _Prefetch:
 
     def __init__(self, repo_id: str, revision: str | None) -> None:
         self.stop = threading.Event()
+        self.ready = threading.Event()  # set: ``outcome`` holds the checkpoint or the error
         self.progress: Progress | None = None
         self.outcome: tuple[Checkpoint | None, BaseException | None] = (None, None)
         self.thread = threading.Thread(target=self._run, args=(repo_id, revision), daemon=True,
@@ -115,9 +121,15 @@ class _Prefetch:
 
     def _run(self, repo_id: str, revision: str | None) -> None:
         try:
-            self.outcome = (_open(repo_id, revision, self._report, self.stop), None)
+            self.outcome = (_open(repo_id, revision, self._report, self.stop, self._read), None)
         except BaseException as e:  # handed to the command's own open_remote, raised there
             self.outcome = (None, e)
+        finally:
+            self.ready.set()
+
+    def _read(self, checkpoint: Checkpoint) -> None:
+        self.outcome = (checkpoint, None)
+        self.ready.set()  # the command goes on while the cache is written
 
     def _report(self, done: int, total: int) -> None:
         if self.progress is not None:
@@ -126,7 +138,7 @@ class _Prefetch:
     def result(self, progress: Progress | None) -> Checkpoint:
         self.progress = progress
         try:
-            self.thread.join()
+            self.ready.wait()
         except BaseException:  # Ctrl-C: the reads in flight end within hubhttp.POLL
             self.cancel()
             raise
@@ -157,6 +169,8 @@ def prefetched(repo_id: str, revision: str | None) -> Iterator[None]:
         if _BEGUN.get(key) is begun:
             del _BEGUN[key]
             begun.cancel()
+        else:  # taken: it may still be writing the cache
+            begun.thread.join()
 
 
 def lookup(repo_id: str, revision: str | None) -> tuple[str, bool]:
