@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import ssl
 import sys
 import threading
 import time
@@ -64,7 +65,7 @@ class _Server(ThreadingHTTPServer):
 class HubServer:
     def __init__(
         self, repos: dict[str, Path], *, honour_range: bool = True, delay: float = 0.0, commit: str = COMMIT,
-        port: int = 0,
+        port: int = 0, tls: ssl.SSLContext | None = None,
     ) -> None:
         self.repos = repos
         self.honour_range = honour_range
@@ -77,7 +78,9 @@ class HubServer:
         self.closing = threading.Event()  # ends drips and holds when the server closes
         self.httpd = _Server(("127.0.0.1", port), self._handler())
         self.httpd.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        if tls is not None:  # HTTPS: each connection's handshake happens in its handler thread
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True, do_handshake_on_connect=False)
+        self.endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> HubServer:

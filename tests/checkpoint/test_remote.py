@@ -238,6 +238,35 @@ def test_both_clients_read_the_same_in_the_same_requests(hub_env, monkeypatch):
     assert set(read["plain"][0]) == set(wm) and read["plain"] == read["httpx2"]
 
 
+@pytest.mark.parametrize("client", ["plain", "httpx2"])
+def test_https_with_the_users_certificates(hub_env, monkeypatch, client):
+    """Over TLS, trusting the certificate SSL_CERT_FILE names (as httpx2 does), both clients
+    read the same; a certificate nobody vouches for is one line, not a traceback."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate with")
+    cert, key = hub_env / "cert.pem", hub_env / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    wm = _repo(hub_env / "repo")
+    _use_client(monkeypatch, client)
+    with HubServer({"acme/tiny": hub_env / "repo"}, tls=tls) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        assert hub.endpoint.startswith("https://")
+        with pytest.raises(CheckpointError, match=r"(?i)certificate"):
+            open_checkpoint("acme/tiny", remote=True)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        ckpt = open_checkpoint("acme/tiny", remote=True)
+    assert set(ckpt.tensors) == set(wm)
+    assert all(r.user_agent.startswith(CLIENT_AGENT[client]) for r in hub.requests)
+
+
 def test_a_remote_inspect_imports_neither_httpx2_nor_numpy(hub_env, monkeypatch):
     """The requests go through http.client: neither httpx2 nor huggingface_hub's auth
     headers are imported, nor numpy (no bytes are decoded from headers alone)."""

@@ -104,6 +104,7 @@ class _Sock:
 
 class _Conn(http.client.HTTPConnection):
     def __init__(self, scheme: str, host: str, port: int | None, pool: Pool) -> None:
+        self.default_port = 443 if scheme == "https" else 80  # read by http.client for the port and Host
         super().__init__(host, port)
         self.scheme, self.pool = scheme, pool
 
