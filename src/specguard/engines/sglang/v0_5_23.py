@@ -61,6 +61,7 @@ from specguard.layouts.registry import (
     DEEPSEEK_V3_TYPES,
     DEEPSEEK_V4_TYPES,
     GLM4_MOE_TYPES,
+    SGLANG_QWEN3_5_TYPES,
     is_deepseek_v41,
     text_config,
 )
@@ -78,6 +79,13 @@ _ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|ga
 # checkpoint's own method builds the same class
 _NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4"}
 _NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
+# Qwen3.5 (qwen3_5.py ``Qwen3_5ForCausalLM.packed_modules_mapping``, which the loader hands the
+# quant config): a fused layer is skipped when every shard is listed (utils.py is_layer_skipped)
+QWEN3_5_PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
+                  "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")}
+# Qwen3.5 layers built without the quant config: qwen2_moe.py ``shared_expert_gate`` (torch.nn.Linear
+# on CUDA), qwen3_5.py GatedDeltaNet ``conv1d`` (quant_config=None); qwen3_5_mtp.py ``fc`` is below
+_QWEN3_5_NO_QUANT_CONFIG = (".mlp.shared_expert_gate", ".linear_attn.conv1d")
 
 
 class Sglang0523:
@@ -146,8 +154,9 @@ class Sglang0523:
             return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
-        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES:
-            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
+        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
+            return (f"no {ENGINE} fact is recorded for {arch} "
+                    "(docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE, Qwen3.5 only)")
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return None
@@ -161,8 +170,9 @@ class Sglang0523:
             return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
                     "takes the checkpoint's quant config), or store them unquantized")
         if self._draft_quant() is None and self.quant_class is not None:
+            source = "qwen3_5_mtp.py _mtp_quant_config" if self.layout.family == "qwen3_5" else "glm4_moe_nextn.py"
             return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
-                    "draft without a quant config whatever the config declares (glm4_moe_nextn.py)")
+                    f"draft without a quant config whatever the config declares ({source})")
         return None
 
     def unmodelled(self) -> str | None:
@@ -183,6 +193,8 @@ class Sglang0523:
 
     def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
         proj = prefix.rsplit(".", 1)[-1]
+        if self.layout.family == "qwen3_5":
+            return tuple(prefix.rsplit(".", 1)[0] + "." + sh for sh in QWEN3_5_PACKED.get(proj, ()))
         shards = {"gate_up_proj": ("gate_proj", "up_proj"), "wqkv_a": ("wq_a", "wkv")}.get(proj, ())
         return tuple(prefix.replace(proj, sh) for sh in shards)
 
@@ -193,6 +205,8 @@ class Sglang0523:
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
+        if self.layout.family == "qwen3_5":  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
+            return prefix == "mtp.fc" or prefix.endswith(_QWEN3_5_NO_QUANT_CONFIG)
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
 
@@ -247,17 +261,22 @@ class Sglang0523:
         out: dict[str, bool | str] = {}
         calls = {}
         if self.quant_class in (FP8_CLASS, HYBRID_CLASS):
-            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored())
+            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored(), self.packed())
         excludes = self.nvfp4_excludes()
         if excludes is not None:
             calls["nvfp4_excluded"] = lambda: p.is_layer_excluded(prefix, excludes)
-            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes)
+            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes, self.packed())
         for key, call in calls.items():
             try:
                 out[key] = call()
             except p.ShardsDisagree:
                 out[key] = "raises"
         return out
+
+    def packed(self) -> Mapping[str, Sequence[str]]:
+        """The model class's ``packed_modules_mapping`` as the loader hands it to the quant config
+        ({}: SGLang falls back to ``_FALLBACK_FUSED_SHARDS``; only Qwen3.5's is restated)."""
+        return QWEN3_5_PACKED if self.layout.family == "qwen3_5" else {}
 
     # -- per stack ------------------------------------------------------------------
 
@@ -273,11 +292,15 @@ class Sglang0523:
             return f"?{self.draft_quantization}"
         if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
             return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+        if self.layout.family == "qwen3_5" and cls == MODELOPT_FP4_CLASS:
+            return None  # qwen3_5_mtp.py _mtp_quant_config: a serialized modelopt_fp4 checkpoint: None
         return cls
 
     def _no_draft_quant(self) -> str:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
+        if self.quant_class is not None and self.layout.family == "qwen3_5":
+            return " for the draft (qwen3_5_mtp.py _mtp_quant_config drops it under modelopt_fp4)"
         if self.quant_class is not None:
             return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
         return ""
@@ -292,7 +315,7 @@ class Sglang0523:
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain(cls, "None", "fp8.py Fp8Config.get_quant_method: not a LinearBase/FusedMoE")
         ignored = self.fp8_ignored()
-        skipped = p.is_layer_skipped(prefix, ignored)
+        skipped = p.is_layer_skipped(prefix, ignored, self.packed())
         lists = f"ignored_layers as SGLang holds them: {ignored}"
         if kind == r.ROUTED_EXPERTS:
             return self._fp8_experts(prefix, cls, skipped, lists)
@@ -337,7 +360,7 @@ class Sglang0523:
             if p.is_layer_excluded(prefix, exclude):
                 return self._plain(cls, "None", f"modelopt_quant.py is_layer_excluded: {exclude}")
             return EngineChoice(NVFP4, "ModelOptNvFp4FusedMoEMethod", f"ModelOptFp4Config; excludes {exclude}", cls)
-        if p.is_layer_skipped(prefix, exclude) or p.is_layer_excluded(prefix, exclude):
+        if p.is_layer_skipped(prefix, exclude, self.packed()) or p.is_layer_excluded(prefix, exclude):
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
