@@ -316,7 +316,7 @@ class Sglang0523:
             return self._plain(cls, "None", "fp8.py Fp8Config.get_quant_method: not a LinearBase/FusedMoE")
         ignored = self.fp8_ignored()
         skipped = p.is_layer_skipped(prefix, ignored, self.packed())
-        lists = f"ignored_layers as SGLang holds them: {ignored}"
+        lists = f"ignored_layers as SGLang holds them: {_shown(ignored)}"
         if kind == r.ROUTED_EXPERTS:
             return self._fp8_experts(prefix, cls, skipped, lists)
         if skipped:
@@ -364,6 +364,15 @@ class Sglang0523:
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
+
+
+def _shown(entries: Sequence[str], limit: int = 12) -> str:
+    """A list for a reason line: whole up to ``limit`` entries (as before), else its first ones and
+    the count left out (a published Qwen3.5 FP8 release lists 978 modules, twice over here)."""
+    if len(entries) <= limit:
+        return str(list(entries))
+    head = ", ".join(repr(x) for x in entries[:3])
+    return f"[{head}, ... and {len(entries) - 3} more]"
 
 
 def _unquantized(kind: str) -> str:
