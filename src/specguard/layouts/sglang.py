@@ -1,4 +1,4 @@
-"""DeepSeek-V4/V3 and GLM-4-MoE checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
+"""DeepSeek-V4/V3, GLM-4-MoE and Qwen3.5 checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
 
 SGLang names the layers of one checkpoint differently from vLLM, so an exclusion
 written for one engine's prefixes can match nothing under the other's. Read from

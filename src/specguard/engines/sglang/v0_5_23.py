@@ -38,7 +38,12 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
   ``nn.Module`` with its own F32 parameter.
 
-Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN and GLM-4-MoE NextN,
+- Qwen3.5 MTP (models/qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``): ``_mtp_quant_config`` keeps
+  ``Fp8Config`` and drops a serialized ``modelopt_fp4`` config (recorded in qwen3_5.json); ``fc`` is a
+  plain ``nn.Linear``; qwen2_moe.py ``shared_expert_gate`` a ``torch.nn.Linear`` on CUDA; qwen3_5.py
+  ``conv1d`` has ``quant_config=None``; the model's ``packed_modules_mapping`` reaches the quant config.
+
+Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN, GLM-4-MoE NextN and Qwen3.5 MTP,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
 (ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
 """
