@@ -70,6 +70,7 @@ from specguard.layouts.registry import (
     is_deepseek_v41,
     text_config,
 )
+from specguard.layouts.sglang import SglangQwen3_5Layout
 
 ENGINE = "SGLang 0.5.23"
 PLAN_ENGINE = "sglang-0.5.23"
@@ -160,11 +161,17 @@ class Sglang0523:
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
         if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
-            return (f"no {ENGINE} fact is recorded for {arch} "
-                    "(docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE, Qwen3.5 only)")
+            # the text predates Qwen3.5 (kept so every other family's output stays as it was)
+            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return None
+
+    @property
+    def is_qwen3_5(self) -> bool:
+        """Qwen3.5/3.6/3.8 with its MTP (SGLang's own layout; Qwen3-Next shares vLLM's layout family
+        but not these rules: it stays unknown)."""
+        return isinstance(self.layout, SglangQwen3_5Layout)
 
     # -- the EngineModel protocol -------------------------------------------------
 
@@ -175,7 +182,7 @@ class Sglang0523:
             return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
                     "takes the checkpoint's quant config), or store them unquantized")
         if self._draft_quant() is None and self.quant_class is not None:
-            source = "qwen3_5_mtp.py _mtp_quant_config" if self.layout.family == "qwen3_5" else "glm4_moe_nextn.py"
+            source = "qwen3_5_mtp.py _mtp_quant_config" if self.is_qwen3_5 else "glm4_moe_nextn.py"
             return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
                     f"draft without a quant config whatever the config declares ({source})")
         return None
@@ -198,7 +205,7 @@ class Sglang0523:
 
     def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
         proj = prefix.rsplit(".", 1)[-1]
-        if self.layout.family == "qwen3_5":
+        if self.is_qwen3_5:
             return tuple(prefix.rsplit(".", 1)[0] + "." + sh for sh in QWEN3_5_PACKED.get(proj, ()))
         shards = {"gate_up_proj": ("gate_proj", "up_proj"), "wqkv_a": ("wq_a", "wkv")}.get(proj, ())
         return tuple(prefix.replace(proj, sh) for sh in shards)
@@ -210,7 +217,7 @@ class Sglang0523:
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
-        if self.layout.family == "qwen3_5":  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
+        if self.is_qwen3_5:  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
             return prefix == "mtp.fc" or prefix.endswith(_QWEN3_5_NO_QUANT_CONFIG)
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
@@ -281,7 +288,7 @@ class Sglang0523:
     def packed(self) -> Mapping[str, Sequence[str]]:
         """The model class's ``packed_modules_mapping`` as the loader hands it to the quant config
         ({}: SGLang falls back to ``_FALLBACK_FUSED_SHARDS``; only Qwen3.5's is restated)."""
-        return QWEN3_5_PACKED if self.layout.family == "qwen3_5" else {}
+        return QWEN3_5_PACKED if self.is_qwen3_5 else {}
 
     # -- per stack ------------------------------------------------------------------
 
@@ -297,14 +304,14 @@ class Sglang0523:
             return f"?{self.draft_quantization}"
         if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
             return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
-        if self.layout.family == "qwen3_5" and cls == MODELOPT_FP4_CLASS:
+        if self.is_qwen3_5 and cls == MODELOPT_FP4_CLASS:
             return None  # qwen3_5_mtp.py _mtp_quant_config: a serialized modelopt_fp4 checkpoint: None
         return cls
 
     def _no_draft_quant(self) -> str:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
-        if self.quant_class is not None and self.layout.family == "qwen3_5":
+        if self.quant_class is not None and self.is_qwen3_5:
             return " for the draft (qwen3_5_mtp.py _mtp_quant_config drops it under modelopt_fp4)"
         if self.quant_class is not None:
             return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
