@@ -56,7 +56,8 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     idx = wanted.tolist()
     layers = list(map(layer_of.get, map(modules.__getitem__, idx)))
     at = [j for j, layer in enumerate(layers) if layer is not None]
-    keys = list(zip(map(layers.__getitem__, at), params[wanted[at]].tolist(), strict=True))
+    named: list[str] = list(map(layers.__getitem__, at))  # type: ignore[arg-type]  # (``at``: none is None)
+    keys = list(zip(named, params[wanted[at]].tolist(), strict=True))
     # the scales grouped by (layer, parameter), numbered in order of first appearance: a few ufuncs
     # over every group instead of a Python list per group (25,000 experts on benchmarks/lint.py)
     number = {k: i for i, k in enumerate(dict.fromkeys(keys))}
