@@ -47,9 +47,9 @@ def prompts(held_out: bytes) -> list[list[int]]:
     return out
 
 
-# ---------------------------------------------------- exports and the bf16 yardstick, once
-# test_policies.py and test_fixed.py decode the same exports and compare with the same bf16
-# runs (tests/conftest.py keeps the two files in one worker); neither writes into them.
+# ---------------------------------------- exports, the bf16 yardstick and the resolver's runs, once
+# test_policies.py and test_fixed.py decode the same exports and compare with the same bf16 and
+# resolver runs (tests/conftest.py keeps the two files in one worker); neither writes into them.
 DECODE = {"new_tokens": 32, "k": 3, "device": "cpu"}
 
 
@@ -77,3 +77,13 @@ def bf16_runs(exports: dict[str, ScenarioInfo], decode_prompts: list[list[int]])
 
     torch.set_num_threads(1)
     return {s: run_case(s, "bf16", exports, decode_prompts, **DECODE) for s in ("s1", "s4")}
+
+
+@pytest.fixture(scope="session")
+def resolver_runs(exports: dict[str, ScenarioInfo], decode_prompts: list[list[int]]) -> dict[str, PolicyResult]:
+    """The resolver policy decoding S1, S2 and S4: test_policies measures it against bf16, and
+    test_fixed finds `specguard fix`'s checkpoints load into these very weights."""
+    from specguard.refdecoder.demo import run_case
+
+    torch.set_num_threads(1)
+    return {s: run_case(s, "resolver", exports, decode_prompts, **DECODE) for s in ("s1", "s2", "s4")}
