@@ -14,10 +14,10 @@ import torch
 
 from specguard.factory import ScenarioInfo
 from specguard.refdecoder import loader as ld
-from specguard.refdecoder.demo import PolicyResult, run_case
+from specguard.refdecoder.demo import PolicyResult
 from specguard.refdecoder.policies import LoadFailure, load_policy
 from specguard.refdecoder.weights import load_weights
-from tests.refdecoder.conftest import DECODE
+from tests.refdecoder.conftest import decode_case
 
 CASES = [("s1", "resolver"), ("s1", "global"), ("s1", "bf16"), ("s2", "resolver"), ("s2", "global"),
          ("s4", "resolver"), ("s4", "global"), ("s4", "bf16")]
@@ -36,7 +36,7 @@ def results(infos: dict[str, ScenarioInfo], decode_prompts: list[list[int]],
     shared = {"bf16": bf16_runs, "resolver": resolver_runs}  # conftest's runs, test_fixed's too
     # a collapsed drafter needs few steps to show it (and each costs a full verify)
     return {case: shared[case[1]][case[0]] if case[1] in shared else
-            run_case(*case, infos, decode_prompts[:2], **DECODE) for case in CASES}
+            decode_case(*case, infos, decode_prompts[:2]) for case in CASES}
 
 
 @pytest.mark.parametrize("scenario", ["s1", "s2", "s4"])
