@@ -6,8 +6,9 @@ Needs the overlays scripts/engines.sh installs (docs/engines.md). Writes the fac
 DeepSeek-V4 scenarios into a temporary folder, each config.json completed with the keys
 the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGLang's
 ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
-(scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
-process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN).
+and Qwen3.8 FP8 copies (scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
+process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
+qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 # GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
 GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
-FILES = {"deepseek_v4.json": lambda case: case not in GLM, "glm4_moe.json": lambda case: case in GLM}
+# Qwen3.5 MTP: the published Qwen3.8 FP8 copies and the NVFP4 export built from it, 4 main layers + mtp
+QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
+        "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN, "glm4_moe.json": lambda case: case in GLM,
+         "qwen3_5.json": lambda case: case in QWEN}
 
 
 def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
@@ -72,7 +77,7 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
     published = _published()
-    for name in GLM:
+    for name in GLM + QWEN:
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
     return out

@@ -25,7 +25,7 @@ from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
 PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
-RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json")
+RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json")
           for name, case in json.loads((PLANS / file).read_text())["cases"].items()}
 HYBRID = "sglang.srt.layers.quantization.modelopt_quant.HybridFp8NvFp4Config"
 MODELOPT = "sglang.srt.layers.quantization.modelopt_quant.ModelOptFp4Config"
@@ -73,6 +73,9 @@ def _sglang_expert_format(case: str, prefix: str) -> str:
         "model.decoder.")
     if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
+    draft = RECORD[case]["draft"]
+    if "model_quant_config" in draft and prefix.startswith("mtp.") and draft["model_quant_config"] is None:
+        return s.BF16  # qwen3_5_mtp.py _mtp_quant_config (recorded): the MTP builds without a quant config
     hit = qc["prefixes"][prefix]
     if qc["class"] == MODELOPT:
         return s.BF16 if hit["nvfp4_excluded"] else s.NVFP4
@@ -93,6 +96,14 @@ def test_routed_experts_route_as_sglang_decided(cases: dict[str, Path], case: st
         assert rt.stored is not None
         assert rt.verdict == (OK if rt.stored.format == want or (want == s.BF16 and not rt.stored.quantized)
                               else MISROUTED), rt.prefix
+
+
+@pytest.mark.parametrize("case", sorted(c for c in RECORD if "model_quant_config" in RECORD[c]["draft"]))
+def test_the_draft_model_quant_config_is_the_one_sglang_built(cases: dict[str, Path], case: str) -> None:
+    """Qwen3.5: the quant config the MTP class builds with (qwen3_5_mtp.py ``_mtp_quant_config``, run by
+    the recorder on the loader's config) is the one the engine model answers the draft with."""
+    model: Any = _resolver(cases[case]).vllm
+    assert model._draft_quant() == RECORD[case]["draft"]["model_quant_config"]
 
 
 def _verdicts(path: Path) -> dict[str, str]:
@@ -160,15 +171,16 @@ def test_lint_names_sglang(cases: dict[str, Path], capsys) -> None:
     assert "SG201" in {f["code"] for f in records}
 
 
-def test_an_architecture_without_sglang_facts_is_unknown(tmp_path: Path) -> None:
-    """Qwen3.5 MTP: no SGLang fact recorded -> unknown with the reason, never ok (SG205)."""
+def test_a_stack_without_sglang_facts_is_unknown(tmp_path: Path) -> None:
+    """Qwen3.5 MTP under GPTQ (auto-round, factory q0): SGLang's Qwen3.5 classes are modelled, its
+    GPTQ quant config is not -> unknown with the reason, never ok (SG205)."""
     from specguard.factory import write_scenario
 
     write_scenario("q0", tmp_path / "q0")
     routes = _resolver(tmp_path / "q0").routes()
     quantizable = [rt for rt in routes if rt.kind in (r.LINEAR, r.ROUTED_EXPERTS)]
     assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
-    assert "no SGLang 0.5.23 fact is recorded for Qwen3_5MoeForConditionalGeneration" in quantizable[0].reason
+    assert "SGLang 0.5.23's gptq quant config is not modelled" in quantizable[0].reason
     assert main(["route", str(tmp_path / "q0"), "--engine", KEY]) == 3
 
 
