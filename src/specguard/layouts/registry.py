@@ -12,7 +12,13 @@ from specguard.layouts.base import SGLANG, VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
-from specguard.layouts.sglang import SglangDeepseekV3Layout, SglangDeepseekV4Layout, SglangGlm4MoeLayout
+from specguard.layouts.sglang import (
+    EAGLE3_ARCHS,
+    SglangDeepseekV3Layout,
+    SglangDeepseekV4Layout,
+    SglangEagle3Layout,
+    SglangGlm4MoeLayout,
+)
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
@@ -93,6 +99,9 @@ def layout_for(
         n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
+        archs = [str(a) for a in config.get("architectures") or ()]
+        if engine == SGLANG and archs[:1] and archs[0] in EAGLE3_ARCHS:  # SGLang's own names for it
+            return SglangEagle3Layout(n_target, _int(cfg, "num_hidden_layers") or 1)
         plan = (plans.plan_for_config(target_config, drafter=config)
                 if target_config is not None and engine == VLLM else None)
         return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine, plan=plan)

@@ -64,6 +64,7 @@ from specguard.layouts.registry import (
     is_deepseek_v41,
     text_config,
 )
+from specguard.layouts.sglang import EAGLE3_ARCHS, SglangEagle3Layout
 
 ENGINE = "SGLang 0.5.23"
 PLAN_ENGINE = "sglang-0.5.23"
@@ -101,11 +102,17 @@ class Sglang0523:
         # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
         self.layout: Layout = layout_for(config, draft_method=None if draft_config is not None else draft_method,
                                          engine=SGLANG)
-        self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
+        # a separate drafter (--speculative-draft-model-path): its own ModelConfig reads its own
+        # config.json (model_config.py from_server_args), so its quant config is the drafter's
+        own, own_hf = (config, hf_quant_config) if draft_config is None else (draft_config, draft_hf_quant_config)
+        if draft_config is not None:
+            self.layout = layout_for(draft_config, target_config=config, engine=SGLANG)
+            self.text = text_config(draft_config)
+        self.model_type = str(self.text.get("model_type") or own.get("model_type") or "")
         self.draft_quantization = draft_quantization
-        quant = config.get("quantization_config") or self.text.get("quantization_config")
+        quant = own.get("quantization_config") or self.text.get("quantization_config")
         self.nested = not isinstance(quant, Mapping)
-        self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (hf_quant_config or {})
+        self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (own_hf or {})
         self.quant_class = self._quant_class()
         self.is_fp4_experts = self._fp4_experts(tensor_dtypes)
         self._why_unknown = self._unmodelled(draft_config)
@@ -143,7 +150,13 @@ class Sglang0523:
         """Why no SGLang fact covers this checkpoint (None: the model below answers)."""
         arch = str((self.config.get("architectures") or ["?"])[0])
         if draft_config is not None:
-            return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
+            drafter = str((draft_config.get("architectures") or ["?"])[0])
+            if drafter not in EAGLE3_ARCHS:
+                return (f"a separate {drafter} drafter checkpoint under {ENGINE} is not modelled "
+                        f"(docs/engines.md: {', '.join(EAGLE3_ARCHS)} only)")
+            if self.quant_class is not None and self.quant_class.startswith("?"):
+                return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
+            return None
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
         if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES:
@@ -175,6 +188,11 @@ class Sglang0523:
     def exclusion_rename(self, pattern: str, *, v41: bool = False) -> str:
         return pattern  # matched as written (Fp8Config also tries it with and without ``model.``)
 
+    def ignored_layers_entries(self, prefix: str) -> list[str]:
+        """The ``ignored_layers`` entries that make Fp8Config skip ``prefix`` (repair/strategies/
+        exclude.py): the shards of a fused layer, as utils.py ``is_layer_skipped`` matches them."""
+        return p.skipping_entries(prefix)
+
     def gptq_dynamic_fix(self, dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
         return None  # GPTQ under SGLang is not modelled
 
@@ -193,6 +211,8 @@ class Sglang0523:
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
+        if self.layout.family == SglangEagle3Layout.family:
+            return prefix == "model.fc"  # llama_eagle3.py: a plain torch.nn.Linear
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
 
