@@ -46,8 +46,10 @@ def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is no
     return module
 
 
-def _complete(config_path: Path, **quant: object) -> None:
+def _complete(config_path: Path, v41: bool = False, **quant: object) -> None:
     config = json.loads(config_path.read_text())
+    if v41:
+        config.update(model_type="deepseek_v41", architectures=["DeepseekV41ForCausalLM"])
     published = json.loads(PUBLISHED.read_text())
     for key, value in published.items():
         if key != "quantization_config":  # an unquantized scenario (S8) stays unquantized
@@ -112,6 +114,12 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
         write_scenario(name, root / name)
         _complete(root / name / "config.json")
         out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE", _prefixes(root / name))
+    # DeepSeek-V4.1: the same checkpoints declared deepseek_v41 / DeepseekV41ForCausalLM (as the
+    # vLLM tests declare V4.1); SGLang builds them with its V4 classes, DSpark or NextN by its own rule
+    for name, base, algorithm in (("s1-dspark-v41", "s1-dspark", "DSPARK"), ("s3-v41", "s3", "EAGLE")):
+        write_scenario(base, root / name)
+        _complete(root / name / "config.json", v41=True)
+        out[name] = (root / name, algorithm, _prefixes(root / name))
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))

@@ -115,6 +115,9 @@ class Sglang0523:
         self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (own_hf or {})
         self.quant_class = self._quant_class()
         self.is_fp4_experts = self._fp4_experts(tensor_dtypes)
+        # configs/deepseek_v41.py: DeepseekV41ForCausalLM is built as DeepseekV4ForCausalLM (recorded),
+        # its model_type deepseek_v41 switching V4.1-only modules on (deepseek_v4.py ``is_dsv41``)
+        self.v41 = self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(own)
         self._why_unknown = self._unmodelled(draft_config)
 
     # -- which quant config --------------------------------------------------
@@ -157,8 +160,6 @@ class Sglang0523:
             if self.quant_class is not None and self.quant_class.startswith("?"):
                 return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
             return None
-        if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
-            return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
         if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES:
             return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
@@ -207,6 +208,9 @@ class Sglang0523:
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         if prefix.endswith(_NO_QUANT_CONFIG) or ".self_attn.compressor." in prefix:
             return True
+        if prefix.endswith(".self_attn.indexer.weights_proj") and not self.v41:
+            # layers/attention/dsv4/indexer.py C4Indexer: quant_config only when it is expert_pack
+            return True
         if prefix.startswith(("confidence_head.", "markov_head.")):
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
@@ -231,6 +235,10 @@ class Sglang0523:
             return EngineChoice(Scheme(s.UNKNOWN, reason=self._why_unknown), NOT_MODELLED, self._why_unknown, cls)
         if kind in (r.NORM, r.OTHER):
             return self._plain(cls, "Parameter", "not a quantizable layer")
+        if self.v41 and (prefix_v41 := _v41_only(runtime_prefix)) is not None:
+            why = (f"{ENGINE} serves DeepSeek-V4.1 through its V4 classes (recorded), but its V4.1-only "
+                   f"{prefix_v41} is not modelled (docs/engines.md)")
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
         if cls is not None and cls.startswith("?"):
             why = f"the draft's quantization {cls[1:]!r} (--speculative-draft-model-quantization) is not modelled"
             return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
@@ -361,6 +369,20 @@ class Sglang0523:
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
+
+
+# DeepSeek-V4.1-only modules (deepseek_v4.py with ``is_dsv41``): the engram block (layers/engram.py
+# ``Engram``), the V4.1 indexer (layers/attention/dsv4/dsv41_sparse.py ``DeepseekV41Indexer``), the
+# vision tower and aligner (``ViT``, ``Aligner``; skipped on load without ``vision_n_layers``)
+_V41_ONLY = (".engram.", ".self_attn.indexer.")
+_V41_ROOTS = ("vision.", "aligner.", "image_")
+
+
+def _v41_only(prefix: str) -> str | None:
+    """The V4.1-only module ``prefix`` belongs to (None: one V4 builds too)."""
+    dotted = prefix + "."
+    hit = next((m.strip(".") for m in _V41_ONLY if m in dotted), None)
+    return hit or next((m.rstrip("._") for m in _V41_ROOTS if prefix.startswith(m)), None)
 
 
 def _unquantized(kind: str) -> str:
