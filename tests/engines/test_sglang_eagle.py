@@ -134,3 +134,12 @@ def test_route_engine_all_shows_sglang_misroutes_the_drafter(drafters: dict[str,
     out = capsys.readouterr().out
     assert code == 1
     assert "vllm-0.33: fp16 ok · vllm-0.32: fp16 ok" in out and "sglang-0.5.23: fp8_block misrouted" in out
+
+
+def test_a_target_opened_for_an_eagle_drafter_lays_out_without_a_draft(drafters: dict[str, Path]) -> None:
+    """The target of a separate drafter, opened with the drafter's method (as ``route --draft`` and
+    scripts/outputs_snapshot.py do): SGLang's engine model lays it out with no draft of its own
+    (before: LayoutError "an EAGLE drafter is a separate checkpoint", every SGLang route of the pair)."""
+    target = Resolver.open(drafters["target"], engine=KEY, own_draft=False, draft_method="eagle")
+    pair = Resolver.open(drafters["eagle3-llama3.1-8b"], engine=KEY, target=target, draft_method="eagle")
+    assert target.routes() and {rt.verdict for rt in pair.routes()} == {OK}

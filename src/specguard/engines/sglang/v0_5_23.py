@@ -61,6 +61,7 @@ from specguard.layouts.registry import (
     DEEPSEEK_V3_TYPES,
     DEEPSEEK_V4_TYPES,
     GLM4_MOE_TYPES,
+    draft_kind_for,
     is_deepseek_v41,
     text_config,
 )
@@ -100,8 +101,9 @@ class Sglang0523:
         self.text = text_config(config)
         self.platform = platform
         # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
-        self.layout: Layout = layout_for(config, draft_method=None if draft_config is not None else draft_method,
-                                         engine=SGLANG)
+        # the target's own layout: served beside a separate drafter (EAGLE) it drafts nothing itself
+        separate = draft_config is not None or draft_kind_for(draft_method) == r.EAGLE
+        self.layout: Layout = layout_for(config, draft_method=None if separate else draft_method, engine=SGLANG)
         # a separate drafter (--speculative-draft-model-path): its own ModelConfig reads its own
         # config.json (model_config.py from_server_args), so its quant config is the drafter's
         own, own_hf = (config, hf_quant_config) if draft_config is None else (draft_config, draft_hf_quant_config)
