@@ -143,3 +143,12 @@ def test_a_target_opened_for_an_eagle_drafter_lays_out_without_a_draft(drafters:
     target = Resolver.open(drafters["target"], engine=KEY, own_draft=False, draft_method="eagle")
     pair = Resolver.open(drafters["eagle3-llama3.1-8b"], engine=KEY, target=target, draft_method="eagle")
     assert target.routes() and {rt.verdict for rt in pair.routes()} == {OK}
+
+
+def test_an_eagle3_head_inspected_alone_routes_as_beside_its_target(drafters: dict[str, Path]) -> None:
+    """``specguard route DRAFTER --engine sglang-0.5.23``: the drafter's own ModelConfig decides
+    its quant config with or without the target beside it (before: ``unknown``, SG205)."""
+    for name in RECORD:
+        alone = {rt.prefix: rt.verdict for rt in Resolver.open(drafters[name], engine=KEY).routes()}
+        beside = {rt.prefix: rt.verdict for rt in _pair(drafters, name).routes()}
+        assert alone == beside, name

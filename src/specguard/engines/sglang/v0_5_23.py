@@ -97,18 +97,22 @@ class Sglang0523:
                  draft_quantization: str | None = None) -> None:
         """``draft_quantization``: ``--speculative-draft-model-quantization`` (None: the draft's
         config.json decides; ``unquant``: no quant config for the draft)."""
+        alone = draft_config is None and str((config.get("architectures") or [""])[0]) in EAGLE3_ARCHS
+        if alone:  # an EAGLE-3 head inspected alone: what its own ModelConfig gives it, as beside a target
+            draft_config, draft_hf_quant_config = config, hf_quant_config
         self.config = config
         self.text = text_config(config)
         self.platform = platform
         # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
         # the target's own layout: served beside a separate drafter (EAGLE) it drafts nothing itself
         separate = draft_config is not None or draft_kind_for(draft_method) == r.EAGLE
-        self.layout: Layout = layout_for(config, draft_method=None if separate else draft_method, engine=SGLANG)
+        self.layout: Layout = layout_for(config, draft_method=None if separate or alone else draft_method,
+                                         engine=SGLANG)
         # a separate drafter (--speculative-draft-model-path): its own ModelConfig reads its own
         # config.json (model_config.py from_server_args), so its quant config is the drafter's
         own, own_hf = (config, hf_quant_config) if draft_config is None else (draft_config, draft_hf_quant_config)
         if draft_config is not None:
-            self.layout = layout_for(draft_config, target_config=config, engine=SGLANG)
+            self.layout = layout_for(draft_config, target_config=None if alone else config, engine=SGLANG)
             self.text = text_config(draft_config)
         self.model_type = str(self.text.get("model_type") or own.get("model_type") or "")
         self.draft_quantization = draft_quantization
