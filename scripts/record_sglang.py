@@ -6,8 +6,9 @@ Needs the overlays scripts/engines.sh installs (docs/engines.md). Writes the fac
 DeepSeek-V4 scenarios into a temporary folder, each config.json completed with the keys
 the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGLang's
 ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
-(scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
+and Qwen3.8 FP8 copies (scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
 process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
+qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it),
 eagle.json (the published EAGLE-3 drafter of Llama-3.1-8B, alone and as an FP8 drafter whose
 ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``).
 """
@@ -31,10 +32,13 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 # GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
 GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
+# Qwen3.5 MTP: the published Qwen3.8 FP8 copies and the NVFP4 export built from it, 4 main layers + mtp
+QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
+        "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
 # A separate EAGLE-3 drafter (--speculative-draft-model-path) over its target, 4 target layers
 EAGLE_TARGET, EAGLE = "llama-3.1-8b-fp8", ("eagle3-llama3.1-8b", "eagle3-fp8-vllm-names", "eagle3-fp8-vllm-names-fixed")
-FILES = {"deepseek_v4.json": lambda case: case not in GLM and case not in EAGLE,
-         "glm4_moe.json": lambda case: case in GLM, "eagle.json": lambda case: case in EAGLE}
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN + EAGLE, "glm4_moe.json": lambda case: case in GLM,
+         "qwen3_5.json": lambda case: case in QWEN, "eagle.json": lambda case: case in EAGLE}
 
 
 def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
@@ -129,7 +133,7 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
         out[name] = (path, "EAGLE", _prefixes(path))
     out.update(_eagle_cases(root))
     published = _published()
-    for name in GLM:
+    for name in GLM + QWEN:
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
     return out

@@ -38,7 +38,12 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
   ``nn.Module`` with its own F32 parameter.
 
-Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN and GLM-4-MoE NextN,
+- Qwen3.5 MTP (models/qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``): ``_mtp_quant_config`` keeps
+  ``Fp8Config`` and drops a serialized ``modelopt_fp4`` config (recorded in qwen3_5.json); ``fc`` is a
+  plain ``nn.Linear``; qwen2_moe.py ``shared_expert_gate`` a ``torch.nn.Linear`` on CUDA; qwen3_5.py
+  ``conv1d`` has ``quant_config=None``; the model's ``packed_modules_mapping`` reaches the quant config.
+
+Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN, GLM-4-MoE NextN and Qwen3.5 MTP,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
 (ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
 """
@@ -61,11 +66,12 @@ from specguard.layouts.registry import (
     DEEPSEEK_V3_TYPES,
     DEEPSEEK_V4_TYPES,
     GLM4_MOE_TYPES,
+    SGLANG_QWEN3_5_TYPES,
     draft_kind_for,
     is_deepseek_v41,
     text_config,
 )
-from specguard.layouts.sglang import EAGLE3_ARCHS, SglangEagle3Layout
+from specguard.layouts.sglang import EAGLE3_ARCHS, SglangEagle3Layout, SglangQwen3_5Layout
 
 ENGINE = "SGLang 0.5.23"
 PLAN_ENGINE = "sglang-0.5.23"
@@ -80,6 +86,13 @@ _ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|ga
 # checkpoint's own method builds the same class
 _NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4"}
 _NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
+# Qwen3.5 (qwen3_5.py ``Qwen3_5ForCausalLM.packed_modules_mapping``, which the loader hands the
+# quant config): a fused layer is skipped when every shard is listed (utils.py is_layer_skipped)
+QWEN3_5_PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
+                  "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")}
+# Qwen3.5 layers built without the quant config: qwen2_moe.py ``shared_expert_gate`` (torch.nn.Linear
+# on CUDA), qwen3_5.py GatedDeltaNet ``conv1d`` (quant_config=None); qwen3_5_mtp.py ``fc`` is below
+_QWEN3_5_NO_QUANT_CONFIG = (".mlp.shared_expert_gate", ".linear_attn.conv1d")
 
 
 class Sglang0523:
@@ -103,7 +116,6 @@ class Sglang0523:
         self.config = config
         self.text = text_config(config)
         self.platform = platform
-        # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
         # the target's own layout: served beside a separate drafter (EAGLE) it drafts nothing itself
         separate = draft_config is not None or draft_kind_for(draft_method) == r.EAGLE
         self.layout: Layout = layout_for(config, draft_method=None if separate or alone else draft_method,
@@ -166,11 +178,18 @@ class Sglang0523:
             if self.quant_class is not None and self.quant_class.startswith("?"):
                 return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
             return None
-        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES:
+        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
+            # the text predates Qwen3.5 (kept so every other family's output stays as it was)
             return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return None
+
+    @property
+    def is_qwen3_5(self) -> bool:
+        """Qwen3.5/3.6/3.8 with its MTP (SGLang's own layout; Qwen3-Next shares vLLM's layout family
+        but not these rules: it stays unknown)."""
+        return isinstance(self.layout, SglangQwen3_5Layout)
 
     # -- the EngineModel protocol -------------------------------------------------
 
@@ -181,8 +200,9 @@ class Sglang0523:
             return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
                     "takes the checkpoint's quant config), or store them unquantized")
         if self._draft_quant() is None and self.quant_class is not None:
+            source = "qwen3_5_mtp.py _mtp_quant_config" if self.is_qwen3_5 else "glm4_moe_nextn.py"
             return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
-                    "draft without a quant config whatever the config declares (glm4_moe_nextn.py)")
+                    f"draft without a quant config whatever the config declares ({source})")
         return None
 
     def unmodelled(self) -> str | None:
@@ -208,6 +228,8 @@ class Sglang0523:
 
     def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
         proj = prefix.rsplit(".", 1)[-1]
+        if self.is_qwen3_5:
+            return tuple(prefix.rsplit(".", 1)[0] + "." + sh for sh in QWEN3_5_PACKED.get(proj, ()))
         shards = {"gate_up_proj": ("gate_proj", "up_proj"), "wqkv_a": ("wq_a", "wkv")}.get(proj, ())
         return tuple(prefix.replace(proj, sh) for sh in shards)
 
@@ -223,6 +245,8 @@ class Sglang0523:
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
         if self.layout.family == SglangEagle3Layout.family:
             return prefix == "model.fc"  # llama_eagle3.py: a plain torch.nn.Linear
+        if self.is_qwen3_5:  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
+            return prefix == "mtp.fc" or prefix.endswith(_QWEN3_5_NO_QUANT_CONFIG)
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
 
@@ -281,17 +305,22 @@ class Sglang0523:
         out: dict[str, bool | str] = {}
         calls = {}
         if self.quant_class in (FP8_CLASS, HYBRID_CLASS):
-            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored())
+            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored(), self.packed())
         excludes = self.nvfp4_excludes()
         if excludes is not None:
             calls["nvfp4_excluded"] = lambda: p.is_layer_excluded(prefix, excludes)
-            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes)
+            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes, self.packed())
         for key, call in calls.items():
             try:
                 out[key] = call()
             except p.ShardsDisagree:
                 out[key] = "raises"
         return out
+
+    def packed(self) -> Mapping[str, Sequence[str]]:
+        """The model class's ``packed_modules_mapping`` as the loader hands it to the quant config
+        ({}: SGLang falls back to ``_FALLBACK_FUSED_SHARDS``; only Qwen3.5's is restated)."""
+        return QWEN3_5_PACKED if self.is_qwen3_5 else {}
 
     # -- per stack ------------------------------------------------------------------
 
@@ -307,11 +336,15 @@ class Sglang0523:
             return f"?{self.draft_quantization}"
         if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
             return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+        if self.is_qwen3_5 and cls == MODELOPT_FP4_CLASS:
+            return None  # qwen3_5_mtp.py _mtp_quant_config: a serialized modelopt_fp4 checkpoint: None
         return cls
 
     def _no_draft_quant(self) -> str:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
+        if self.quant_class is not None and self.is_qwen3_5:
+            return " for the draft (qwen3_5_mtp.py _mtp_quant_config drops it under modelopt_fp4)"
         if self.quant_class is not None:
             return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
         return ""
@@ -326,8 +359,8 @@ class Sglang0523:
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain(cls, "None", "fp8.py Fp8Config.get_quant_method: not a LinearBase/FusedMoE")
         ignored = self.fp8_ignored()
-        skipped = p.is_layer_skipped(prefix, ignored)
-        lists = f"ignored_layers as SGLang holds them: {ignored}"
+        skipped = p.is_layer_skipped(prefix, ignored, self.packed())
+        lists = f"ignored_layers as SGLang holds them: {_shown(ignored)}"
         if kind == r.ROUTED_EXPERTS:
             return self._fp8_experts(prefix, cls, skipped, lists)
         if skipped:
@@ -371,7 +404,7 @@ class Sglang0523:
             if p.is_layer_excluded(prefix, exclude):
                 return self._plain(cls, "None", f"modelopt_quant.py is_layer_excluded: {exclude}")
             return EngineChoice(NVFP4, "ModelOptNvFp4FusedMoEMethod", f"ModelOptFp4Config; excludes {exclude}", cls)
-        if p.is_layer_skipped(prefix, exclude) or p.is_layer_excluded(prefix, exclude):
+        if p.is_layer_skipped(prefix, exclude, self.packed()) or p.is_layer_excluded(prefix, exclude):
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
@@ -389,6 +422,15 @@ def _v41_only(prefix: str) -> str | None:
     dotted = prefix + "."
     hit = next((m.strip(".") for m in _V41_ONLY if m in dotted), None)
     return hit or next((m.rstrip("._") for m in _V41_ROOTS if prefix.startswith(m)), None)
+
+
+def _shown(entries: Sequence[str], limit: int = 12) -> str:
+    """A list for a reason line: whole up to ``limit`` entries (as before), else its first ones and
+    the count left out (a published Qwen3.5 FP8 release lists 978 modules, twice over here)."""
+    if len(entries) <= limit:
+        return str(list(entries))
+    head = ", ".join(repr(x) for x in entries[:3])
+    return f"[{head}, ... and {len(entries) - 3} more]"
 
 
 def _unquantized(kind: str) -> str:
