@@ -8,13 +8,18 @@ the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGL
 ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
 and Qwen3.8 FP8 copies (scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
 process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
-qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it).
+qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it),
+eagle.json (the published EAGLE-3 drafter of Llama-3.1-8B, alone and as an FP8 drafter whose
+ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -30,8 +35,10 @@ GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-exc
 # Qwen3.5 MTP: the published Qwen3.8 FP8 copies and the NVFP4 export built from it, 4 main layers + mtp
 QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
         "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
-FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN, "glm4_moe.json": lambda case: case in GLM,
-         "qwen3_5.json": lambda case: case in QWEN}
+# A separate EAGLE-3 drafter (--speculative-draft-model-path) over its target, 4 target layers
+EAGLE_TARGET, EAGLE = "llama-3.1-8b-fp8", ("eagle3-llama3.1-8b", "eagle3-fp8-vllm-names", "eagle3-fp8-vllm-names-fixed")
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN + EAGLE, "glm4_moe.json": lambda case: case in GLM,
+         "qwen3_5.json": lambda case: case in QWEN, "eagle.json": lambda case: case in EAGLE}
 
 
 def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
@@ -43,8 +50,10 @@ def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is no
     return module
 
 
-def _complete(config_path: Path, **quant: object) -> None:
+def _complete(config_path: Path, v41: bool = False, **quant: object) -> None:
     config = json.loads(config_path.read_text())
+    if v41:
+        config.update(model_type="deepseek_v41", architectures=["DeepseekV41ForCausalLM"])
     published = json.loads(PUBLISHED.read_text())
     for key, value in published.items():
         if key != "quantization_config":  # an unquantized scenario (S8) stays unquantized
@@ -64,6 +73,42 @@ def _prefixes(path: Path) -> tuple[str, ...]:
     return tuple(Resolver.open(path, engine="sglang-0.5.23").prefixes())
 
 
+def _fix_all(source: Path, out: Path, *draft: str) -> Path:
+    """``specguard fix SOURCE [--draft D --draft-method eagle] --engine all --out OUT``: the
+    repair every modelled engine loads as stored, so SGLang's own matching is asked about it."""
+    from specguard.cli import main as cli
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = cli(["fix", str(source), *draft, "--engine", "all", "--out", str(out)])
+    assert code in (0, 3) and out.is_dir(), f"specguard fix {source}: exit {code}"  # 3: an unmodelled target
+    return out
+
+
+def _eagle_cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
+    """The published EAGLE-3 drafter; the same drafter (F16) under an FP8 config whose
+    ignored_layers name vLLM's prefixes of it (``model.layers.{N}.self_attn.qkv_proj``, ...);
+    and that one repaired with ``fix --engine all``."""
+    published = _published()
+    target = published.build(EAGLE_TARGET, root / EAGLE_TARGET, 4)
+    plain = published.build(EAGLE[0], root / EAGLE[0])
+    fp8 = root / EAGLE[1]
+    shutil.copytree(plain, fp8)
+    config = json.loads((fp8 / "config.json").read_text())
+    n = json.loads((target / "config.json").read_text())["num_hidden_layers"]
+    config["quantization_config"] = {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+        "ignored_layers": ["model.fc", *(f"model.layers.{n}.{m}" for m in (
+            "self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"))]}
+    (fp8 / "config.json").write_text(json.dumps(config, indent=1))
+    fixed = _fix_all(target, root / "eagle-fixed", "--draft", str(fp8), "--draft-method", "eagle") / "drafter"
+    out = {}
+    for name, path in zip(EAGLE, (plain, fp8, fixed), strict=True):
+        t = Resolver.open(target, engine="sglang-0.5.23", own_draft=False)
+        drafter = Resolver.open(path, engine="sglang-0.5.23", target=t, draft_method="eagle")
+        out[name] = (path, "EAGLE3", tuple(drafter.prefixes()))
+    return out
+
+
 def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     """The checkpoints recorded: factory scenarios (DeepSeek-V4 S1, S1-DSpark, S3, S8;
     DeepSeek-V3 S8-NVFP4, S6), and S1 as a hybrid FP8+NVFP4 export
@@ -73,9 +118,20 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
         write_scenario(name, root / name)
         _complete(root / name / "config.json")
         out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE", _prefixes(root / name))
+    # DeepSeek-V4.1: the same checkpoints declared deepseek_v41 / DeepseekV41ForCausalLM (as the
+    # vLLM tests declare V4.1); SGLang builds them with its V4 classes, DSpark or NextN by its own rule
+    for name, base, algorithm in (("s1-dspark-v41", "s1-dspark", "DSPARK"), ("s3-v41", "s3", "EAGLE")):
+        write_scenario(base, root / name)
+        _complete(root / name / "config.json", v41=True)
+        out[name] = (root / name, algorithm, _prefixes(root / name))
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
+    # S6-BF16 (a BF16 MTP layer under fp8 excluding nothing) and its `fix --engine all` repair
+    write_scenario("s6-bf16", root / "s6-bf16")
+    for name, path in (("s6-bf16", root / "s6-bf16"), ("s6-bf16-fixed", _fix_all(root / "s6-bf16", root / "s6f"))):
+        out[name] = (path, "EAGLE", _prefixes(path))
+    out.update(_eagle_cases(root))
     published = _published()
     for name in GLM + QWEN:
         path = published.build(name, root / name, 4)

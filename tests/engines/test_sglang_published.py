@@ -16,7 +16,7 @@ import pytest
 
 from specguard.cli import main
 from specguard.lint import lint
-from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
+from specguard.resolve import MISROUTED, OK, Resolver
 from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
@@ -90,12 +90,16 @@ def test_route_all_on_glm_shows_the_engines_differ(copies: dict[str, Path], caps
     assert "the engines differ on 6 module(s)" in out
 
 
-def test_a_separate_eagle3_drafter_is_unknown_under_sglang(copies: dict[str, Path]) -> None:
+def test_a_separate_eagle3_drafter_under_sglang_loads_as_stored(copies: dict[str, Path]) -> None:
+    """The published EAGLE-3 head (no quant config of its own) under SGLang: its own ModelConfig
+    gives it no quant config (plans/sglang-0.5.23/eagle.json), so every layer is built as stored,
+    at SGLang's own prefixes (model.qkv_proj, not vLLM's model.layers.{N}.self_attn.qkv_proj)."""
     target = Resolver.open(copies["llama-3.1-8b-fp8"], engine=KEY, own_draft=False)
     drafter = Resolver.open(copies["eagle3-llama3.1-8b"], engine=KEY, draft_method="eagle", target=target)
-    quantizable = [rt for rt in drafter.routes() if rt.kind in ("linear", "routed_experts")]
-    assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
-    assert "separate drafter checkpoint" in quantizable[0].reason
+    routes = {rt.prefix: rt for rt in drafter.routes()}
+    assert {"model.qkv_proj", "model.self_attn.o_proj", "model.gate_up_proj", "model.down_proj"} <= set(routes)
+    assert {rt.verdict for rt in routes.values()} == {OK}
+    assert not lint([drafter]).findings
 
 
 QWEN_BARE = "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded"

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 and Qwen3.8 published copies),
+"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 and Qwen3.8 published copies,
+the EAGLE-3 drafter of Llama-3.1-8B),
 recorded from its own code (engines/sglang/recorder.py),
 equal what the installed SGLang decides now: one SGLang start, in a fresh process under its
 overlay (docs/engines.md), over the same factory cases. Re-record with scripts/record_sglang.py."""
@@ -12,7 +13,7 @@ from tests.engines import overlays
 
 PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
 COMMITTED = PLANS / "deepseek_v4.json"
-FILES = ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json")
+FILES = ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json", "eagle.json")
 
 
 def test_sglang_decisions_match_the_installed_engine(tmp_path: Path) -> None:
@@ -79,3 +80,34 @@ def test_recorded_qwen3_5_facts_as_docs_engines_states_them() -> None:
     assert prefixes["mtp.layers.0.mlp.experts"]["fp8_skipped"] is False
     assert prefixes["mtp.layers.0.mlp.shared_expert.gate_up_proj"]["fp8_skipped"] is True
     assert bare["quant_config"]["packed_modules_mapping"]["in_proj_qkvz"] == ["in_proj_qkv", "in_proj_z"]
+
+
+def test_recorded_s6_bf16_repair_as_docs_engines_states_it() -> None:
+    """S6-BF16 (DeepSeek-V3, fp8, a BF16 NextN layer excluded by nothing) and its ``fix --engine
+    all`` repair: SGLang's Fp8Config matches a fused layer by its shards' names only
+    (utils.py ``is_layer_skipped``, no packed_modules_mapping for these classes), so the repair's
+    ``...shared_experts.gate_proj``/``up_proj`` entries make it skip ``...gate_up_proj``."""
+    cases = json.loads(COMMITTED.read_text())["cases"]
+    broken = cases["s6-bf16"]["draft"]["quant_config"]
+    fixed = cases["s6-bf16-fixed"]["draft"]["quant_config"]
+    assert broken["packed_modules_mapping"] == fixed["packed_modules_mapping"] == {}
+    gate_up = "model.decoder.mlp.shared_experts.gate_up_proj"
+    assert broken["prefixes"][gate_up]["fp8_skipped"] is False and fixed["prefixes"][gate_up]["fp8_skipped"] is True
+    assert gate_up not in fixed["ignored_layers"]  # the repair names the shards, never the fused layer
+    assert {"model.decoder.mlp.shared_experts.gate_proj", "model.decoder.mlp.shared_experts.up_proj"} <= set(
+        fixed["ignored_layers"])
+    assert all(v["fp8_skipped"] for p, v in fixed["prefixes"].items()
+               if p.startswith("model.decoder.") and p.endswith(("_proj", "_mqa", "experts")))
+
+
+def test_recorded_eagle_facts_as_docs_engines_states_them() -> None:
+    """The EAGLE-3 drafter: its own ModelConfig keeps ``LlamaForCausalLMEagle3`` and reads its own
+    config.json (no quant config: none; ``fp8``: Fp8Config); vLLM-named entries
+    (``model.layers.4.self_attn.qkv_proj``) skip none of SGLang's ``model.qkv_proj``-style prefixes."""
+    cases = json.loads((PLANS / "eagle.json").read_text())["cases"]
+    assert {c["draft"]["architecture"] for c in cases.values()} == {"LlamaForCausalLMEagle3"}
+    assert cases["eagle3-llama3.1-8b"]["draft"]["quant_config"]["class"] is None
+    named = cases["eagle3-fp8-vllm-names"]["draft"]["quant_config"]
+    assert named["class"].endswith("fp8.Fp8Config") and "model.layers.4.self_attn.qkv_proj" in named["ignored_layers"]
+    assert not named["prefixes"]["model.qkv_proj"]["fp8_skipped"]
+    assert named["prefixes"]["model.fc"]["fp8_skipped"]  # "model.fc" is SGLang's name too (plain nn.Linear anyway)

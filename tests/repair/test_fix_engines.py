@@ -174,3 +174,27 @@ def test_fix_all_keeps_an_entry_another_engine_excludes_by(scenarios, tmp_path: 
     assert "model.layers.2.self_attn*" in ignore and "model.decoder.self_attn.o_proj" in ignore
     for engine in engines:  # re-routed under each engine: every module as stored
         assert _verdicts(out, engine) == {OK}, engine
+
+
+def test_fix_all_repairs_s6_bf16_with_the_shard_names_sglang_matches(scenarios, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """S6-BF16 (a BF16 MTP layer under ``fp8`` excluding nothing): SGLang's Fp8Config matches a fused
+    layer by its shards' names (utils.py ``is_layer_skipped``: ``gate_up_proj`` -> ``gate_proj``,
+    ``up_proj``), so ``model.decoder.mlp.shared_experts.gate_up_proj`` as an entry leaves it FP8
+    (plans/sglang-0.5.23/deepseek_v4.json ``s6-bf16-fixed`` records SGLang skipping the shards'
+    names). The repair for every engine names the shards for SGLang and the fused layer for vLLM;
+    before, it named the fused layer for both and refused ("still misrouted after the repair")."""
+    src, engines = scenarios["s6-bf16"].path, registry.keys()
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 0
+    assert "ok on vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (cuda, rocm, cpu), SGLang 0.5.23 (cuda)" in \
+        capsys.readouterr().out
+    ignored = json.loads((out / "config.json").read_text())["quantization_config"]["ignored_layers"]
+    assert {"model.decoder.mlp.shared_experts.gate_proj", "model.decoder.mlp.shared_experts.up_proj",
+            "model.layers.2.mlp.shared_experts.gate_up_proj"} <= set(ignored)
+    assert "model.decoder.mlp.shared_experts.gate_up_proj" not in ignored
+    for engine in engines:  # re-routed under each engine: every module as stored
+        assert _verdicts(out, engine) == {OK}, engine
+    # lint prints the repair fix writes
+    edits = _lint_edits(capsys, src, "sglang-0.5.23")
+    assert any("model.decoder.mlp.shared_experts.up_proj" in json.dumps(e) for e in edits)

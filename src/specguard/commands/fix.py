@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from specguard.checkpoint.source import Checkpoint
 from specguard.commands.sources import open_path
@@ -92,9 +93,10 @@ def run_fix(args: argparse.Namespace) -> int:
     if any(NO_DRAFTER in c.why for ov in plan.overlays for c in ov.changes):
         print(f"note: {NO_DRAFTER}")
     if len(results) > 1 and any(e.startswith("vllm-") for e in plan.engines):
+        method = _vllm_method(args.draft_method, plan.overlays[-1].config)
         print(f"serve: vllm serve {results[0].path} --speculative-config "
-              f"'{{\"method\": \"dspark\", \"model\": \"{results[1].path}\", ...}}'")
-    elif len(results) > 1:
+              f"'{{\"method\": \"{method}\", \"model\": \"{results[1].path}\", ...}}'")
+    if len(results) > 1 and any(e.startswith("sglang-") for e in plan.engines):
         print(f"serve: python -m sglang.launch_server --model-path {results[0].path} "
               f"--speculative-draft-model-path {results[1].path} ...")
     if plan.unvouched:
@@ -202,3 +204,12 @@ def _size(n: float) -> str:
             return f"{int(n):,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
+
+
+def _vllm_method(draft_method: str | None, drafter: Mapping[str, Any]) -> str:
+    """vLLM's ``speculative_config.method`` for a separate drafter: ``eagle3`` for an EAGLE-3
+    head (its class names it), ``eagle`` for another EAGLE head, else DSpark."""
+    if draft_method != "eagle":
+        return "dspark"
+    archs = " ".join(str(a) for a in drafter.get("architectures") or ()).lower()
+    return "eagle3" if "eagle3" in archs else "eagle"

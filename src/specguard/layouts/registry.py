@@ -13,8 +13,10 @@ from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
 from specguard.layouts.sglang import (
+    EAGLE3_ARCHS,
     SglangDeepseekV3Layout,
     SglangDeepseekV4Layout,
+    SglangEagle3Layout,
     SglangGlm4MoeLayout,
     SglangQwen3_5Layout,
 )
@@ -100,6 +102,9 @@ def layout_for(
         n_target = _int(text_config(target_config), "num_hidden_layers") if target_config is not None else 0
         if n_target is None:
             raise LayoutError("target config has no integer num_hidden_layers")
+        archs = [str(a) for a in config.get("architectures") or ()]
+        if engine == SGLANG and archs[:1] and archs[0] in EAGLE3_ARCHS:  # SGLang's own names for it
+            return SglangEagle3Layout(n_target, _int(cfg, "num_hidden_layers") or 1)
         plan = (plans.plan_for_config(target_config, drafter=config)
                 if target_config is not None and engine == VLLM else None)
         return EagleLayout(n_target, _int(cfg, "num_hidden_layers") or 1, engine=engine, plan=plan)
@@ -139,6 +144,8 @@ def _deepseek_v4(
 ) -> DeepseekV4Layout:
     archs = " ".join(str(a) for a in config.get("architectures") or ())
     v41 = is_deepseek_v41(config)
+    if engine == SGLANG:  # SGLang's own names (layouts/sglang.py) and its own draft choice
+        return _sglang_deepseek_v4(cfg, n, kind, v41)
     if kind == r.MTP and v41:
         # vllm/config/speculative.py: "DeepSeek V4.1 has no classic-MTP draft"
         raise LayoutError("DeepSeek-V4.1 has no classic-MTP draft (its mtp.* tensors are DSpark stages); "
@@ -153,8 +160,25 @@ def _deepseek_v4(
         k = _int(cfg, "n_mtp_layers", *(("num_nextn_predict_layers",) if v41 else ())) or 3
     else:
         k = _int(cfg, "num_nextn_predict_layers") or 0
-    if engine == SGLANG:  # SGLang's own names (layouts/sglang.py)
-        return SglangDeepseekV4Layout(n, k, kind)
     return DeepseekV4Layout(
         n, k, kind, engine=engine, context_wkv=not v41, root="language_model.model" if v41 else "model"
     )
+
+
+# sglang/srt/speculative/dspark_components/dspark_config.py ``checkpoint_bundles_dspark_draft``
+_SGLANG_DSPARK_KEYS = ("dspark_block_size", "dspark_markov_rank", "dspark_noise_token_id", "dspark_target_layer_ids")
+
+
+def _sglang_deepseek_v4(cfg: Mapping[str, Any], n: int, kind: str | None, v41: bool) -> DeepseekV4Layout:
+    """DeepSeek-V4 and V4.1 (configs/deepseek_v41.py maps ``DeepseekV41ForCausalLM`` to
+    ``DeepseekV4ForCausalLM``; recorded) as SGLang 0.5.23 drafts them: configs/model_config.py
+    ``_config_draft_model`` builds the DSpark draft when the config carries a ``dspark_*`` key and
+    the algorithm is DSPARK or unset, else the NextN draft (V4.1 too: no refusal). The DSpark stage
+    count is read as for vLLM (deepseek_v4_dspark.py counts ``dspark_target_layer_ids``; docs/engines.md)."""
+    if kind is None:
+        kind = r.DSPARK if any(cfg.get(key) is not None for key in _SGLANG_DSPARK_KEYS) else r.MTP
+    if kind == r.DSPARK:
+        k = _int(cfg, "n_mtp_layers", *(("num_nextn_predict_layers",) if v41 else ())) or 3
+    else:
+        k = _int(cfg, "num_nextn_predict_layers") or 0
+    return SglangDeepseekV4Layout(n, k, kind)

@@ -31,7 +31,7 @@ from specguard.layouts import fusions
 from specguard.layouts import roles as r
 from specguard.layouts.base import SGLANG, Placement
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
-from specguard.layouts.generic import GenericLayout
+from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import Qwen3_5Layout
 
 _STAGE0 = ("main_proj", "main_norm")  # DSparkV4StageMixin: stage 0 only
@@ -231,3 +231,69 @@ class SglangQwen3_5Layout(Qwen3_5Layout):
         param = "model." + p.parameter_prefix.removeprefix("model.").removeprefix("mtp.")
         param = param.replace("model.fc", "fc", 1).replace("model.pre_fc", "pre_fc", 1).replace(".self_attn", "")
         return self._placement(module, p.role, p.kind, p.runtime_prefix, param, p.runtime_prefixes[1:])
+
+
+# llama_eagle3.py ``LlamaForCausalLMEagle3.load_weights``: legacy checkpoint names
+_EAGLE3_LEGACY = {"midlayer": "layers.0", "aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1",
+                  "aux_norm_high": "fc_norm.2"}
+# the decoder layer's quantizable linears and the quant prefix SGLang builds each at (layer prefix
+# ``model`` for every layer): the overridden ``qkv_proj`` and ``mlp`` take the layer's prefix bare
+_EAGLE3_LINEARS = {"self_attn.q_proj": "model.qkv_proj", "self_attn.k_proj": "model.qkv_proj",
+                   "self_attn.v_proj": "model.qkv_proj", "self_attn.o_proj": "model.self_attn.o_proj",
+                   "mlp.gate_proj": "model.gate_up_proj", "mlp.up_proj": "model.gate_up_proj",
+                   "mlp.down_proj": "model.down_proj"}
+# its ``stacked_params_mapping``: the shard a checkpoint tensor loads into
+_EAGLE3_STACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+                   "up_proj": "gate_up_proj"}
+EAGLE3_ARCHS = ("LlamaForCausalLMEagle3",)  # the EAGLE-3 drafter class this layout restates
+
+
+class SglangEagle3Layout(EagleLayout):
+    """An EAGLE-3 drafter (``LlamaForCausalLMEagle3``) as SGLang 0.5.23 builds it.
+
+    models/llama_eagle3.py builds every decoder layer as ``LlamaDecoderLayer(config, i,
+    quant_config, prefix)`` with the model's own prefix ``model`` (not ``model.layers.{i}``):
+    llama.py's layer puts ``self_attn`` at ``model.self_attn`` (``o_proj``:
+    ``model.self_attn.o_proj``), then the EAGLE-3 layer replaces ``qkv_proj`` with one built at
+    ``add_prefix("qkv_proj", prefix)`` = ``model.qkv_proj`` and the MLP with
+    ``LlamaMLP(..., prefix)``: ``model.gate_up_proj``, ``model.down_proj``. So the quant config
+    is asked about those names (one per layer count), while parameters load at
+    ``model.layers.{i}.*`` (``midlayer.`` -> ``layers.0.``, then ``model.`` prepended). ``fc`` is a
+    plain ``torch.nn.Linear`` (``model.fc``), ``embed_tokens`` a ``VocabParallelEmbedding`` built
+    without the quant config, ``lm_head`` a ``ParallelLMHead`` at ``lm_head``; ``d2t`` is read
+    into ``hot_token_id``, ``t2d`` skipped. An exclusion written for vLLM's names
+    (``model.layers.{N}.self_attn.qkv_proj``) matches none of these.
+    """
+
+    family = "sglang_eagle3"
+
+    def __init__(self, target_num_hidden_layers: int, num_draft_layers: int = 1) -> None:
+        super().__init__(target_num_hidden_layers, num_draft_layers, engine=SGLANG)
+
+    def _named(self, module: str) -> Placement:
+        name = module
+        for legacy, new in _EAGLE3_LEGACY.items():  # load_weights: ``if legacy in name: replace``
+            if legacy in name:
+                name = name.replace(legacy, new)
+        return self._renamed(module, name)
+
+    def _renamed(self, module: str, name: str) -> Placement:
+        bare = name.removeprefix("model.")
+        segs = bare.split(".")
+        if segs[0] == "layers" and len(segs) > 2 and segs[1].isdigit():
+            i, rest = int(segs[1]), ".".join(segs[2:])
+            role, param = self._draft_role(i), f"model.layers.{i}.{rest}"
+            if rest in _EAGLE3_LINEARS:
+                quant = _EAGLE3_LINEARS[rest]
+                leaf = rest.rsplit(".", 1)[-1]
+                param = param.replace(leaf, _EAGLE3_STACKED.get(leaf, leaf))
+                return self._placement(module, role, r.LINEAR, quant, param)
+            return self._placement(module, role, fusions.kind_of(rest), param)
+        role = self._draft_role(None)
+        if bare == "embed_tokens":
+            return self._placement(module, role, r.EMBEDDING_KIND, "model.embed_tokens")
+        if bare == "lm_head":
+            return self._placement(module, role, r.HEAD_KIND, "lm_head")
+        if bare == "fc":
+            return self._placement(module, role, r.LINEAR, "model.fc")
+        return self._placement(module, role, fusions.kind_of(bare), f"model.{bare}")

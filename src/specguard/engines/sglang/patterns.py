@@ -48,6 +48,15 @@ def is_layer_skipped(prefix: str, ignored: Sequence[str], fused: Mapping[str, Se
     return skipped
 
 
+def skipping_entries(prefix: str, fused: Mapping[str, Sequence[str]] = {}) -> list[str]:
+    """Exact ``ignored_layers`` entries that make ``is_layer_skipped`` skip ``prefix``: a fused
+    layer is matched by its shards' names only (``model.decoder.mlp.shared_experts.gate_up_proj``
+    by ``...gate_proj`` and ``...up_proj``; an entry naming the fused layer matches no shard)."""
+    proj = prefix.split(".")[-1]
+    mapping = fused if proj in fused else _FALLBACK_FUSED
+    return [prefix.replace(proj, shard) for shard in mapping[proj]] if proj in mapping else [prefix]
+
+
 def fp8_ignored_layers(config: Mapping) -> list[str]:
     """fp8.py ``Fp8Config.from_config``: ``ignored_layers`` (else ``modules_to_not_convert``),
     each kept with and without its ``model.`` root."""

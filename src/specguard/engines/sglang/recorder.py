@@ -35,6 +35,7 @@ PLATFORM = {"is_cuda": True, "is_sm100": True, "is_sm100_or_sm110": True, "is_bl
 # Routed-expert prefixes as SGLang builds them: target layers (deepseek_v4.py
 # ``model.layers.{i}.mlp.experts``), the NextN draft (deepseek_v4_nextn.py
 # ``model.decoder``), the DSpark draft stages (deepseek_v4_dspark.py ``stages.{k}``).
+SEPARATE_DRAFTERS = ("EAGLE3",)  # --speculative-algorithm values recorded from the drafter's own path
 EXPERT_PREFIXES = ("model.layers.0.mlp.experts", "model.layers.1.mlp.experts",
                    "model.decoder.mlp.experts", "stages.0.mlp.experts")
 
@@ -151,7 +152,9 @@ def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str
     from sglang.srt.model_loader.loader import _get_quantization_config
 
     out: dict[str, Any] = {}
-    for side, draft in (("target", False), ("draft", True)):
+    # a separate drafter (EAGLE3: --speculative-draft-model-path) is only ever the draft
+    sides = (("draft", True),) if algorithm in SEPARATE_DRAFTERS else (("target", False), ("draft", True))
+    for side, draft in sides:
         mc = ModelConfig(model_path=str(path), is_draft_model=draft,
                          speculative_algorithm=algorithm if draft else None)
         qc = _get_quantization_config(mc, LoadConfig())

@@ -67,10 +67,11 @@ from specguard.layouts.registry import (
     DEEPSEEK_V4_TYPES,
     GLM4_MOE_TYPES,
     SGLANG_QWEN3_5_TYPES,
+    draft_kind_for,
     is_deepseek_v41,
     text_config,
 )
-from specguard.layouts.sglang import SglangQwen3_5Layout
+from specguard.layouts.sglang import EAGLE3_ARCHS, SglangEagle3Layout, SglangQwen3_5Layout
 
 ENGINE = "SGLang 0.5.23"
 PLAN_ENGINE = "sglang-0.5.23"
@@ -109,19 +110,32 @@ class Sglang0523:
                  draft_quantization: str | None = None) -> None:
         """``draft_quantization``: ``--speculative-draft-model-quantization`` (None: the draft's
         config.json decides; ``unquant``: no quant config for the draft)."""
+        alone = draft_config is None and str((config.get("architectures") or [""])[0]) in EAGLE3_ARCHS
+        if alone:  # an EAGLE-3 head inspected alone: what its own ModelConfig gives it, as beside a target
+            draft_config, draft_hf_quant_config = config, hf_quant_config
         self.config = config
         self.text = text_config(config)
         self.platform = platform
-        # the target's own layout: a separate drafter (EAGLE, --draft) is laid out by its own Resolver
-        self.layout: Layout = layout_for(config, draft_method=None if draft_config is not None else draft_method,
+        # the target's own layout: served beside a separate drafter (EAGLE) it drafts nothing itself
+        separate = draft_config is not None or draft_kind_for(draft_method) == r.EAGLE
+        self.layout: Layout = layout_for(config, draft_method=None if separate or alone else draft_method,
                                          engine=SGLANG)
-        self.model_type = str(self.text.get("model_type") or config.get("model_type") or "")
+        # a separate drafter (--speculative-draft-model-path): its own ModelConfig reads its own
+        # config.json (model_config.py from_server_args), so its quant config is the drafter's
+        own, own_hf = (config, hf_quant_config) if draft_config is None else (draft_config, draft_hf_quant_config)
+        if draft_config is not None:
+            self.layout = layout_for(draft_config, target_config=None if alone else config, engine=SGLANG)
+            self.text = text_config(draft_config)
+        self.model_type = str(self.text.get("model_type") or own.get("model_type") or "")
         self.draft_quantization = draft_quantization
-        quant = config.get("quantization_config") or self.text.get("quantization_config")
+        quant = own.get("quantization_config") or self.text.get("quantization_config")
         self.nested = not isinstance(quant, Mapping)
-        self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (hf_quant_config or {})
+        self.quant: Mapping[str, Any] = quant if isinstance(quant, Mapping) else (own_hf or {})
         self.quant_class = self._quant_class()
         self.is_fp4_experts = self._fp4_experts(tensor_dtypes)
+        # configs/deepseek_v41.py: DeepseekV41ForCausalLM is built as DeepseekV4ForCausalLM (recorded),
+        # its model_type deepseek_v41 switching V4.1-only modules on (deepseek_v4.py ``is_dsv41``)
+        self.v41 = self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(own)
         self._why_unknown = self._unmodelled(draft_config)
 
     # -- which quant config --------------------------------------------------
@@ -157,9 +171,13 @@ class Sglang0523:
         """Why no SGLang fact covers this checkpoint (None: the model below answers)."""
         arch = str((self.config.get("architectures") or ["?"])[0])
         if draft_config is not None:
-            return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
-        if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
-            return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
+            drafter = str((draft_config.get("architectures") or ["?"])[0])
+            if drafter not in EAGLE3_ARCHS:
+                return (f"a separate {drafter} drafter checkpoint under {ENGINE} is not modelled "
+                        f"(docs/engines.md: {', '.join(EAGLE3_ARCHS)} only)")
+            if self.quant_class is not None and self.quant_class.startswith("?"):
+                return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
+            return None
         if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
             # the text predates Qwen3.5 (kept so every other family's output stays as it was)
             return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
@@ -197,6 +215,11 @@ class Sglang0523:
     def exclusion_rename(self, pattern: str, *, v41: bool = False) -> str:
         return pattern  # matched as written (Fp8Config also tries it with and without ``model.``)
 
+    def ignored_layers_entries(self, prefix: str) -> list[str]:
+        """The ``ignored_layers`` entries that make Fp8Config skip ``prefix`` (repair/strategies/
+        exclude.py): the shards of a fused layer, as utils.py ``is_layer_skipped`` matches them."""
+        return p.skipping_entries(prefix)
+
     def gptq_dynamic_fix(self, dynamic: dict, prefixes: list[str], quantized: Sequence[str] = ()) -> dict | None:
         return None  # GPTQ under SGLang is not modelled
 
@@ -213,10 +236,15 @@ class Sglang0523:
     def built_without_quant_config(self, prefix: str, kind: str) -> bool:
         if prefix.endswith(_NO_QUANT_CONFIG) or ".self_attn.compressor." in prefix:
             return True
+        if prefix.endswith(".self_attn.indexer.weights_proj") and not self.v41:
+            # layers/attention/dsv4/indexer.py C4Indexer: quant_config only when it is expert_pack
+            return True
         if prefix.startswith(("confidence_head.", "markov_head.")):
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
+        if self.layout.family == SglangEagle3Layout.family:
+            return prefix == "model.fc"  # llama_eagle3.py: a plain torch.nn.Linear
         if self.is_qwen3_5:  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
             return prefix == "mtp.fc" or prefix.endswith(_QWEN3_5_NO_QUANT_CONFIG)
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
@@ -237,6 +265,10 @@ class Sglang0523:
             return EngineChoice(Scheme(s.UNKNOWN, reason=self._why_unknown), NOT_MODELLED, self._why_unknown, cls)
         if kind in (r.NORM, r.OTHER):
             return self._plain(cls, "Parameter", "not a quantizable layer")
+        if self.v41 and (prefix_v41 := _v41_only(runtime_prefix)) is not None:
+            why = (f"{ENGINE} serves DeepSeek-V4.1 through its V4 classes (recorded), but its V4.1-only "
+                   f"{prefix_v41} is not modelled (docs/engines.md)")
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
         if cls is not None and cls.startswith("?"):
             why = f"the draft's quantization {cls[1:]!r} (--speculative-draft-model-quantization) is not modelled"
             return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
@@ -376,6 +408,20 @@ class Sglang0523:
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
+
+
+# DeepSeek-V4.1-only modules (deepseek_v4.py with ``is_dsv41``): the engram block (layers/engram.py
+# ``Engram``), the V4.1 indexer (layers/attention/dsv4/dsv41_sparse.py ``DeepseekV41Indexer``), the
+# vision tower and aligner (``ViT``, ``Aligner``; skipped on load without ``vision_n_layers``)
+_V41_ONLY = (".engram.", ".self_attn.indexer.")
+_V41_ROOTS = ("vision.", "aligner.", "image_")
+
+
+def _v41_only(prefix: str) -> str | None:
+    """The V4.1-only module ``prefix`` belongs to (None: one V4 builds too)."""
+    dotted = prefix + "."
+    hit = next((m.strip(".") for m in _V41_ONLY if m in dotted), None)
+    return hit or next((m.rstrip("._") for m in _V41_ROOTS if prefix.startswith(m)), None)
 
 
 def _shown(entries: Sequence[str], limit: int = 12) -> str:

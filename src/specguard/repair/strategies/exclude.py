@@ -41,16 +41,20 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
     for firsts in per_overlay.values():
         p = firsts[0]
         exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
-                "stored unquantized", engines=plan.engines)
+                "stored unquantized", engines=plan.engines, resolvers=[q.resolver for q in firsts])
     settle(q for ps in groups.values() for q in ps)
 
 
 def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
-            applicability: Applicability = Applicability.SAFE, engines: Sequence[str] = ()) -> None:
-    """Add the entries that make vLLM build ``prefixes`` unquantized (under each of ``engines``)."""
+            applicability: Applicability = Applicability.SAFE, engines: Sequence[str] = (),
+            resolvers: Sequence[Resolver] = ()) -> None:
+    """Add the entries that make vLLM build ``prefixes`` unquantized (under each of ``engines``).
+    ``resolvers``: the Resolver (so the engine) each prefix was routed by, where they differ
+    (``--engine all``); default: ``resolver`` for every prefix."""
     stack = resolver.declared_config.stack
     if stack in ("fp8", "deepseek_v4_fp8"):
-        overlay.add_entries("ignored_layers", _exact(prefixes), why, prefixes, applicability)
+        by = list(resolvers) or [resolver] * len(prefixes)
+        overlay.add_entries("ignored_layers", _exact(prefixes, by), why, prefixes, applicability)
     elif stack == "compressed-tensors":
         overlay.add_entries("ignore", _grouped(resolver, prefixes, CT_MATCH), why, prefixes, applicability)
     elif stack == "modelopt":
@@ -84,13 +88,19 @@ def _read_exclude_modules(engines: Sequence[str]) -> bool:
     return all(getattr(engine_of(k).model, "reads_config_json_exclude_modules", True) for k in engines)
 
 
-def _exact(prefixes: list[str]) -> list[str]:
+def _exact(prefixes: list[str], resolvers: Sequence[Resolver]) -> list[str]:
     """``ignored_layers`` entries: the runtime prefixes themselves. The target's and
     the MTP draft's lists go through DeepSeek-V4's weights mapper, which leaves
     ``model.layers.*`` as it is; a DSpark draft's fresh quant config keeps its list
     raw and builds its layers at ``model.layers.{N+i}`` (nvidia/amd/xpu dspark.py:
-    ``DSparkDeepseekV4Model`` under prefix ``model``)."""
-    return list(prefixes)
+    ``DSparkDeepseekV4Model`` under prefix ``model``). An engine that matches a fused
+    layer by its shards' names (SGLang: ``gate_up_proj`` -> ``gate_proj``, ``up_proj``)
+    gets those names instead (its engine model's ``ignored_layers_entries``)."""
+    out: list[str] = []
+    for prefix, r_ in zip(prefixes, resolvers, strict=True):
+        entries = getattr(r_.vllm, "ignored_layers_entries", None)
+        out += entries(prefix) if entries is not None else [prefix]
+    return list(dict.fromkeys(out))
 
 
 def _grouped(resolver: Resolver, prefixes: list[str], semantics: str) -> list[str]:
