@@ -92,3 +92,12 @@ def test_lint_engine_all_names_each_engine(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     for engine in registry.keys():  # noqa: SIM118 (a function, not a dict)
         assert f"[{engine}]:" in out  # every engine's summary line, clean ones included
+
+
+def test_matrix_says_not_built_where_an_engine_builds_nothing(tmp_path: Path, capsys) -> None:
+    """SGLang's NextN draft serves the target's head (set_embed_and_head): the matrix says
+    "not built", not a format (the route's scheme is unknown, and unknown is never "ok")."""
+    ckpt = str(write_scenario("s6", tmp_path / "s6").path)
+    assert main(["route", ckpt, "--engine", "all", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "not built" in out and "unknown ok" not in out

@@ -101,6 +101,8 @@ def render_matrix(by_engine: dict[str, list[tuple[Resolver, Route]]], out: Conso
     rows = [(rts[0].prefix, rts) for rts in cells.values() if len(rts) == len(keys)]
 
     def cell(rt: Route) -> str:
+        if rt.vllm is not None and rt.vllm.method == "not built":  # e.g. a NextN head the target's serves
+            return "not built"
         built = rt.vllm.scheme.format if rt.vllm else "—"
         return f"{built} {rt.verdict}"
 
