@@ -7,7 +7,8 @@ DeepSeek-V4 scenarios into a temporary folder, each config.json completed with t
 the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGLang's
 ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
 (scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
-process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN).
+process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
+gpt_oss.json (gpt-oss-20b, Mxfp4Config), compressed_tensors.json (S2, GLM-4.5-Air FP8).
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 # GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
 GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
-FILES = {"deepseek_v4.json": lambda case: case not in GLM, "glm4_moe.json": lambda case: case in GLM}
+# gpt-oss (Mxfp4Config): the published gpt-oss-20b copy, 4 layers
+OSS = ("gpt-oss-20b",)
+# compressed-tensors with a NextN draft: the factory's S2 (DeepSeek-V4) and the published
+# GLM-4.5-Air FP8 copies (4 main layers + the nextn layer)
+CT_SCENARIOS = ("s2",)
+GLM_AIR = ("glm-4.5-air-fp8", "glm-4.5-air-fp8-mtp-bf16-not-excluded", "glm-4.5-air-fp8-mtp-bf16-excluded")
+CT = (*CT_SCENARIOS, *GLM_AIR)
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + OSS + CT, "glm4_moe.json": lambda case: case in GLM,
+         "gpt_oss.json": lambda case: case in OSS, "compressed_tensors.json": lambda case: case in CT}
 
 
 def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
@@ -71,8 +80,12 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     write_scenario("s1", root / "s1-hybrid")
     _complete(root / "s1-hybrid" / "config.json", quant_algo="MIXED_PRECISION", group_size=16, ignore=[])
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
+    for name in CT_SCENARIOS:
+        write_scenario(name, root / name)
+        _complete(root / name / "config.json")
+        out[name] = (root / name, "EAGLE", _prefixes(root / name))
     published = _published()
-    for name in GLM:
+    for name in (*GLM, *OSS, *GLM_AIR):
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
     return out

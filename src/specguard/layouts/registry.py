@@ -12,7 +12,12 @@ from specguard.layouts.base import SGLANG, VLLM, Layout
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import EagleLayout, GenericLayout
 from specguard.layouts.qwen3_5 import QWEN3_5_TYPES, Qwen3_5Layout
-from specguard.layouts.sglang import SglangDeepseekV3Layout, SglangDeepseekV4Layout, SglangGlm4MoeLayout
+from specguard.layouts.sglang import (
+    SglangDeepseekV3Layout,
+    SglangDeepseekV4Layout,
+    SglangGlm4MoeLayout,
+    SglangGptOssLayout,
+)
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
@@ -120,6 +125,8 @@ def layout_for(
         )
     if model_type in GLM4_MOE_TYPES and engine == SGLANG:
         return SglangGlm4MoeLayout(n, nextn)
+    if model_type == "gpt_oss" and engine == SGLANG:
+        return SglangGptOssLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     if model_type in QWEN3_5_TYPES:
         return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
