@@ -157,8 +157,7 @@ class Sglang0523:
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
         if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | {GPT_OSS_TYPE}:
-            return (f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE, "
-                    "gpt-oss only)")
+            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return self._unmodelled_pair(arch)
