@@ -33,7 +33,11 @@ OSS = ("gpt-oss-20b",)
 # GLM-4.5-Air FP8 copies (4 main layers + the nextn layer)
 CT_SCENARIOS = ("s2",)
 GLM_AIR = ("glm-4.5-air-fp8", "glm-4.5-air-fp8-mtp-bf16-not-excluded", "glm-4.5-air-fp8-mtp-bf16-excluded")
-CT = (*CT_SCENARIOS, *GLM_AIR)
+# the BF16-graft copy with entries in SGLang's names, one per matching rule: an exact entry for the
+# experts layer (SGLang asks its experts' names: matches nothing), a dotted suffix, a regex
+SGLANG_NAMES = "glm-4.5-air-fp8-mtp-bf16-sglang-names"
+SGLANG_NAMES_IGNORE = ["model.decoder.mlp.experts", "decoder.self_attn.o_proj", "re:model\\.decoder\\.mlp\\.shared_"]
+CT = (*CT_SCENARIOS, *GLM_AIR, SGLANG_NAMES)
 FILES = {"deepseek_v4.json": lambda case: case not in GLM + OSS + CT, "glm4_moe.json": lambda case: case in GLM,
          "gpt_oss.json": lambda case: case in OSS, "compressed_tensors.json": lambda case: case in CT}
 
@@ -88,7 +92,17 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     for name in (*GLM, *OSS, *GLM_AIR):
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
+    out[SGLANG_NAMES] = (sglang_names(published, root), "EAGLE", _prefixes(root / SGLANG_NAMES))
     return out
+
+
+def sglang_names(published, root: Path) -> Path:
+    """GLM-4.5-Air FP8 with its BF16 nextn graft not excluded, plus ``SGLANG_NAMES_IGNORE``."""
+    path = published.build("glm-4.5-air-fp8-mtp-bf16-not-excluded", root / SGLANG_NAMES, 4)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"]["ignore"] += SGLANG_NAMES_IGNORE
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    return path
 
 
 def main(argv: list[str]) -> int:

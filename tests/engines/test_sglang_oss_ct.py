@@ -55,6 +55,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[name] = root / name
     for name in (*script.OSS, *script.GLM_AIR):
         out[name] = published.build(name, root / name, 4)
+    out[script.SGLANG_NAMES] = script.sglang_names(published, root)
     assert set(out) == set(RECORD)
     return out
 
@@ -180,3 +181,39 @@ def test_glm_air_exclusion_written_for_vllm_prefixes_matches_nothing_under_sglan
     assert "the engines differ on 6 module(s)" in out and max(map(len, out.splitlines())) <= 80
     # the FP8 copy as published (its nextn layer FP8 too) loads as stored under both
     assert {rt.verdict for rt in _routes(cases["glm-4.5-air-fp8"]).values()} == {OK}
+
+
+def test_ignore_entries_as_sglang_matches_them(cases: dict[str, Path]) -> None:
+    """Recorded from SGLang's ``should_ignore_layer``/``get_moe_scheme``: a plain entry matches a
+    name or a dotted suffix of it, never a prefix, so ``model.decoder.mlp.experts`` ignores nothing
+    (SGLang asks ``model.decoder.mlp.experts.0.gate_proj``) while ``decoder.self_attn.o_proj`` and
+    a ``re:`` entry do; the fix therefore excludes an experts layer by a ``re:`` entry
+    (repair/strategies/exclude.py)."""
+    case = "glm-4.5-air-fp8-mtp-bf16-sglang-names"
+    draft = RECORD[case]["draft"]["quant_config"]["prefixes"]
+    assert draft["model.decoder.mlp.experts"]["ct_ignored"] is False
+    assert draft["model.decoder.self_attn.o_proj"]["ct_ignored"] is True
+    assert draft["model.decoder.mlp.shared_experts.down_proj"]["ct_ignored"] is True
+    routes = _routes(cases[case])
+    bad = sorted(p for p, rt in routes.items() if rt.verdict != OK)
+    assert bad == ["model.decoder.mlp.experts", "model.decoder.self_attn.qkv_proj"]
+
+
+def test_fix_all_writes_a_repair_every_engine_loads(cases: dict[str, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """GLM-4.5-Air FP8 excluded by vLLM's prefixes: ``fix --engine all`` keeps that entry (vLLM's)
+    and adds SGLang's names, the experts layer as a ``re:`` entry; lint's SG203 under SGLang names
+    the same edit; the repair routes clean under every engine."""
+    src, out = cases["glm-4.5-air-fp8-mtp-bf16-excluded"], tmp_path / "out"
+    assert main(["fix", str(src), "--engine", "all", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    ignore = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+    assert "re:model.layers.4.*" in ignore and "re:model\\.decoder\\.mlp\\.experts(\\.|$)" in ignore
+    assert "model.decoder.self_attn.qkv_proj" in ignore and "verified" in printed
+    assert main(["lint", str(src), "--engine", KEY, "--format", "json"]) == 1
+    edits = [e["value"] for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "SG203"
+             for e in f["edits"]]
+    assert edits and all("re:model\\.decoder\\.mlp\\.experts(\\.|$)" in v for v in edits)
+    for engine in ("vllm-0.33", "vllm-0.32", KEY):
+        Resolver.clear_cache()
+        assert {rt.verdict for rt in Resolver.open(out, engine=engine).routes()} == {OK}, engine

@@ -509,8 +509,12 @@ class Sglang0523:
         fmt = group.get("format") or self.quant.get("format")
         scheme = weights_scheme(weights if isinstance(weights, dict) else None, str(fmt) if fmt else None)
         supported = {s.NVFP4, s.FP8_BLOCK, s.FP8_CHANNEL, s.FP8_TENSOR, s.INT4_GROUP}
-        if moe and scheme.format.startswith("fp8") and not acts:
-            supported = set()  # get_moe_scheme: FP8 weight-only MoE is "Unsupported FusedMoe scheme"
+        if scheme.format.startswith("fp8") and not acts and (moe or scheme.format == s.FP8_BLOCK):
+            supported = set()  # get_moe_scheme "Unsupported FusedMoe scheme"; _is_fp8_w8a16: tensor/channel
+        if scheme.format == s.INT4_GROUP and fmt != "pack-quantized":
+            supported = set()  # _get_scheme_from_parts: "CompressedTensorsW4A16Sparse24 is not supported now"
+        if not moe and scheme.format != s.INT4_GROUP and fmt not in _CT_ACT_FORMATS:
+            supported = set()  # is_activation_quantization_format false: "No compressed-tensors compatible scheme"
         if scheme.format not in supported:
             why = f"{ENGINE}'s compressed-tensors {scheme.format} {'MoE ' if moe else ''}scheme is not modelled"
             return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
@@ -518,6 +522,10 @@ class Sglang0523:
         n = len(self._ct_ignore())
         return EngineChoice(scheme, method, f"compressed_tensors.py: {prefix} matches target(s) {targets} and "
                             f"none of the {n} ignore entries", cls)
+
+
+# compressed_tensors/utils.py ``is_activation_quantization_format``
+_CT_ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized", "pack-quantized")
 
 
 def _ct_scheme_name(group: Mapping[str, Any] | None) -> str | None:
