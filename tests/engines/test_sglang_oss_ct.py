@@ -72,6 +72,9 @@ def test_engine_model_agrees_with_sglangs_own_decisions(cases: dict[str, Path], 
         facts = RECORD[case][side]
         assert model.quant_class == facts["quant_config"]["class"], side
         assert model.is_fp4_experts is facts["is_fp4_experts"], side
+        if model.quant_class == facts["quant_config"]["class"] and facts["quant_config"]["class"].endswith(
+                "CompressedTensorsConfig"):
+            assert facts["quant_config"]["packed_modules_mapping"] == dict(model._ct_fused())
         recorded = facts["quant_config"]["prefixes"]
         assert set(recorded) == set(resolver.prefixes())
         assert {p: model.matching(p) for p in recorded} == recorded, side

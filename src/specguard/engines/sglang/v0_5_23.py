@@ -38,9 +38,16 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
   ``nn.Module`` with its own F32 parameter.
 
+- gpt-oss (models/gpt_oss.py): only the experts get the quant config; layers/quantization/mxfp4.py
+  ``Mxfp4Config`` (``ignored_layers`` never read from the config) builds them Mxfp4MoEMethod.
+- compressed-tensors (layers/quantization/compressed_tensors/): ``ignore`` and ``targets`` matched
+  on SGLang's prefixes (patterns.py ``ct_*``), a routed-experts layer by expert 0's projections.
+
 Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN and GLM-4-MoE NextN,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
-(ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
+(ModelOptFp4Config); compressed-tensors for DeepSeek-V4 and GLM-4-MoE; gpt-oss unquantized or
+under ``mxfp4`` (plans/sglang-0.5.23/gpt_oss.json, compressed_tensors.json). Anything else
+routes ``unknown`` (no recorded SGLang fact), never ok.
 """
 
 from __future__ import annotations
@@ -408,8 +415,10 @@ class Sglang0523:
         return [str(x) for x in self.quant.get("ignore") or []]
 
     def _ct_fused(self) -> Mapping[str, Sequence[str]]:
-        # the config's own packed_modules_mapping, else the model class's (loader.py; none recorded here)
-        return self.quant.get("packed_modules_mapping") or {}
+        """``packed_modules_mapping``: the model class's, which model_loader/weight_utils.py
+        ``get_quant_config`` writes over the config's; none for the DeepSeek-V4 and GLM-4-MoE
+        classes (recorded)."""
+        return {}
 
     def _ct_scheme_dict(self, name: str, class_name: str) -> Mapping[str, Any] | None:
         """``get_scheme_dict``: None when ignored, else the matched target's group (ValueError from
