@@ -347,6 +347,44 @@ def qwen3_next(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False) 
     yield from bf16("mtp.norm.weight", h)
 
 
+def _qwen3_5_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) -> Iterator[Tensor]:
+    """One Qwen3.5 MoE decoder layer: Qwen3-Next's, but the gated DeltaNet's input projections
+    are stored unfused (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``: the shards of
+    SGLang 0.5.23 / vLLM 0.33 qwen3_5.py ``packed_modules_mapping``)."""
+    if i < len(c["layer_types"]) and c["layer_types"][i] == "linear_attention":
+        kh, vh = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        kd, vd, h = c["linear_key_head_dim"], c["linear_value_head_dim"], c["hidden_size"]
+        a = f"{p}.linear_attn"
+        for t in _qwen3_next_layer(p, c, i, lin):
+            if t.name.startswith((f"{a}.in_proj_qkvz", f"{a}.in_proj_ba")):
+                continue
+            yield t
+            if t.name == f"{p}.input_layernorm.weight":
+                yield from lin(f"{a}.in_proj_qkv", 2 * kh * kd + vh * vd, h)
+                yield from lin(f"{a}.in_proj_z", vh * vd, h)
+                yield from lin(f"{a}.in_proj_b", vh, h)
+                yield from lin(f"{a}.in_proj_a", vh, h)
+        return
+    yield from _qwen3_next_layer(p, c, i, lin)
+
+
+def qwen3_5_moe(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False) -> Iterator[Tensor]:
+    """Qwen3.5 MoE text (``Qwen3_5MoeForCausalLM``, Qwen3.8's release) FP8 as Qwen publishes it:
+    FP8 block linears but ``modules_to_not_convert``; its MTP at ``mtp.*`` (``fc``,
+    ``pre_fc_norm_{embedding,hidden}``, one full-attention MoE layer ``mtp.layers.0``, ``norm``),
+    the names SGLang 0.5.23's and vLLM 0.33's qwen3_5_mtp.py load; with ``draft_bf16`` a BF16
+    release's MTP, grafted."""
+    h = c["hidden_size"]
+    lin = _linear_writer(c, hq)
+    yield from _trunk(c, layers, lambda p, i: _qwen3_5_layer(p, c, i, lin))
+    full = {**c, "layer_types": ["full_attention"]}
+    yield from (plain if draft_bf16 else lin)("mtp.fc", h, 2 * h)
+    yield from bf16("mtp.pre_fc_norm_embedding.weight", h)
+    yield from bf16("mtp.pre_fc_norm_hidden.weight", h)
+    yield from _qwen3_5_layer("mtp.layers.0", full, 0, plain if draft_bf16 else lin)
+    yield from bf16("mtp.norm.weight", h)
+
+
 def ernie45_moe(c: dict, hq: dict | None, layers: int) -> Iterator[Tensor]:
     """ERNIE-4.5 MoE (``Ernie4_5_MoeForCausalLM``) as baidu's PyTorch releases name it (vLLM
     0.33 ernie45_moe.py): dense MLP before ``moe_layer_start_index``, then router ``mlp.gate``,
@@ -532,6 +570,9 @@ MODELS: dict[str, Callable[[dict, dict | None, int], Iterator[Tensor]]] = {
     "glm-4.5-air-fp8-mtp-bf16-excluded": partial(glm4_moe, draft_bf16=True),
     "qwen3-next-fp8": qwen3_next,
     "qwen3-next-fp8-mtp-bf16-not-excluded": partial(qwen3_next, draft_bf16=True),
+    "qwen3.8-2.4t-a95b-fp8": qwen3_5_moe,
+    "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded": partial(qwen3_5_moe, draft_bf16=True),
+    "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16": partial(qwen3_5_moe, draft_bf16=True),
     "ernie-4.5-21b-a3b": ernie45_moe,
     "ernie-4.5-21b-a3b-fp8": ernie45_moe,
     "ernie-4.5-21b-a3b-fp8-mtp-excluded-by-checkpoint-names": ernie45_moe,

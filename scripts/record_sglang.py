@@ -6,8 +6,9 @@ Needs the overlays scripts/engines.sh installs (docs/engines.md). Writes the fac
 DeepSeek-V4 scenarios into a temporary folder, each config.json completed with the keys
 the published DeepSeek-V4-Flash config has and the factory's tiny one lacks (SGLang's
 ModelConfig reads them, e.g. sliding_window), and the published GLM-4.7 NVFP4 copies
-(scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
+and Qwen3.8 FP8 copies (scripts/published_sparse.py, tests/data/published/SOURCES.md), and records every case in one
 process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
+qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it),
 gpt_oss.json (gpt-oss-20b, Mxfp4Config), compressed_tensors.json (S2, GLM-4.5-Air FP8).
 """
 
@@ -27,6 +28,9 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 # GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
 GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
+# Qwen3.5 MTP: the published Qwen3.8 FP8 copies and the NVFP4 export built from it, 4 main layers + mtp
+QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
+        "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
 # gpt-oss (Mxfp4Config): the published gpt-oss-20b copy, 4 layers
 OSS = ("gpt-oss-20b",)
 # compressed-tensors with a NextN draft: the factory's S2 (DeepSeek-V4) and the published
@@ -38,7 +42,8 @@ GLM_AIR = ("glm-4.5-air-fp8", "glm-4.5-air-fp8-mtp-bf16-not-excluded", "glm-4.5-
 SGLANG_NAMES = "glm-4.5-air-fp8-mtp-bf16-sglang-names"
 SGLANG_NAMES_IGNORE = ["model.decoder.mlp.experts", "decoder.self_attn.o_proj", "re:model\\.decoder\\.mlp\\.shared_"]
 CT = (*CT_SCENARIOS, *GLM_AIR, SGLANG_NAMES)
-FILES = {"deepseek_v4.json": lambda case: case not in GLM + OSS + CT, "glm4_moe.json": lambda case: case in GLM,
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN + OSS + CT,
+         "glm4_moe.json": lambda case: case in GLM, "qwen3_5.json": lambda case: case in QWEN,
          "gpt_oss.json": lambda case: case in OSS, "compressed_tensors.json": lambda case: case in CT}
 
 
@@ -89,7 +94,7 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
         _complete(root / name / "config.json")
         out[name] = (root / name, "EAGLE", _prefixes(root / name))
     published = _published()
-    for name in (*GLM, *OSS, *GLM_AIR):
+    for name in (*GLM, *QWEN, *OSS, *GLM_AIR):
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
     out[SGLANG_NAMES] = (sglang_names(published, root), "EAGLE", _prefixes(root / SGLANG_NAMES))

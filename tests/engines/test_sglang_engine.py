@@ -25,7 +25,7 @@ from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
 PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
-RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json")
+RECORD = {name: case for file in ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json")
           for name, case in json.loads((PLANS / file).read_text())["cases"].items()}
 HYBRID = "sglang.srt.layers.quantization.modelopt_quant.HybridFp8NvFp4Config"
 MODELOPT = "sglang.srt.layers.quantization.modelopt_quant.ModelOptFp4Config"
@@ -73,6 +73,9 @@ def _sglang_expert_format(case: str, prefix: str) -> str:
         "model.decoder.")
     if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
+    draft = RECORD[case]["draft"]
+    if "model_quant_config" in draft and prefix.startswith("mtp.") and draft["model_quant_config"] is None:
+        return s.BF16  # qwen3_5_mtp.py _mtp_quant_config (recorded): the MTP builds without a quant config
     hit = qc["prefixes"][prefix]
     if qc["class"] == MODELOPT:
         return s.BF16 if hit["nvfp4_excluded"] else s.NVFP4
@@ -93,6 +96,14 @@ def test_routed_experts_route_as_sglang_decided(cases: dict[str, Path], case: st
         assert rt.stored is not None
         assert rt.verdict == (OK if rt.stored.format == want or (want == s.BF16 and not rt.stored.quantized)
                               else MISROUTED), rt.prefix
+
+
+@pytest.mark.parametrize("case", sorted(c for c in RECORD if "model_quant_config" in RECORD[c]["draft"]))
+def test_the_draft_model_quant_config_is_the_one_sglang_built(cases: dict[str, Path], case: str) -> None:
+    """Qwen3.5: the quant config the MTP class builds with (qwen3_5_mtp.py ``_mtp_quant_config``, run by
+    the recorder on the loader's config) is the one the engine model answers the draft with."""
+    model: Any = _resolver(cases[case]).vllm
+    assert model._draft_quant() == RECORD[case]["draft"]["model_quant_config"]
 
 
 def _verdicts(path: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 published copies),
+"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 and Qwen3.8 published copies),
 recorded from its own code (engines/sglang/recorder.py),
 equal what the installed SGLang decides now: one SGLang start, in a fresh process under its
 overlay (docs/engines.md), over the same factory cases. Re-record with scripts/record_sglang.py."""
@@ -12,7 +12,7 @@ from tests.engines import overlays
 
 PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
 COMMITTED = PLANS / "deepseek_v4.json"
-FILES = ("deepseek_v4.json", "glm4_moe.json", "gpt_oss.json", "compressed_tensors.json")
+FILES = ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json", "gpt_oss.json", "compressed_tensors.json")
 
 
 def test_sglang_decisions_match_the_installed_engine(tmp_path: Path) -> None:
@@ -57,3 +57,25 @@ def test_recorded_glm_facts_as_docs_engines_states_them() -> None:
     prefixes = cases["glm-4.7-nvfp4"]["draft"]["quant_config"]["prefixes"]
     assert prefixes["model.decoder.self_attn.qkv_proj"]["nvfp4_excluded"] is False
     assert prefixes["model.layers.0.self_attn.qkv_proj"]["nvfp4_excluded"] is True
+
+
+def test_recorded_qwen3_5_facts_as_docs_engines_states_them() -> None:
+    """Qwen3.5 MTP (the published Qwen3.8 FP8 copies, an NVFP4 export of it): SGLang rewrites the
+    draft to Qwen3_5ForCausalLMMTP; the loader hands it the target's quant config, and the model's own
+    _mtp_quant_config (run) keeps Fp8Config but drops a serialized modelopt_fp4 config. Fp8Config keeps
+    each entry with and without ``model.`` and matches dotted sub-paths, so the target's
+    ``model.layers.0.mlp.shared_expert.*`` entries also skip the MTP's ``mtp.layers.0`` shared expert."""
+    cases = json.loads((PLANS / "qwen3_5.json").read_text())["cases"]
+    for case in cases.values():
+        assert case["target"]["architecture"] == "Qwen3_5MoeForCausalLM"
+        assert case["draft"]["architecture"] == "Qwen3_5ForCausalLMMTP"
+        assert case["draft"]["quant_config"]["class"] == case["target"]["quant_config"]["class"]
+    fp8, bare = cases["qwen3.8-2.4t-a95b-fp8"]["draft"], cases["qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded"]["draft"]
+    assert fp8["model_quant_config"].endswith("fp8.Fp8Config")
+    assert cases["qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16"]["draft"]["model_quant_config"] is None
+    assert fp8["quant_config"]["prefixes"]["mtp.layers.0.self_attn.qkv_proj"]["fp8_skipped"] is True
+    prefixes = bare["quant_config"]["prefixes"]
+    assert prefixes["mtp.layers.0.self_attn.qkv_proj"]["fp8_skipped"] is False
+    assert prefixes["mtp.layers.0.mlp.experts"]["fp8_skipped"] is False
+    assert prefixes["mtp.layers.0.mlp.shared_expert.gate_up_proj"]["fp8_skipped"] is True
+    assert bare["quant_config"]["packed_modules_mapping"]["in_proj_qkvz"] == ["in_proj_qkv", "in_proj_z"]

@@ -17,11 +17,14 @@ from specguard.layouts.sglang import (
     SglangDeepseekV4Layout,
     SglangGlm4MoeLayout,
     SglangGptOssLayout,
+    SglangQwen3_5Layout,
 )
 
 DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
 DEEPSEEK_V3_TYPES = frozenset({"deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 GLM4_MOE_TYPES = frozenset({"glm4_moe"})  # GLM-4.5/4.6/4.7 (Glm4MoeForCausalLM)
+# Qwen3.5/3.6/3.8 dense and MoE (SGLang 0.5.23 qwen3_5.py / qwen3_5_text.py; not Qwen3-Next)
+SGLANG_QWEN3_5_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -127,6 +130,8 @@ def layout_for(
         return SglangGlm4MoeLayout(n, nextn)
     if model_type == "gpt_oss" and engine == SGLANG:
         return SglangGptOssLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
+    if model_type in SGLANG_QWEN3_5_TYPES and engine == SGLANG:
+        return SglangQwen3_5Layout(n, nextn)
     if model_type in QWEN3_5_TYPES:
         return Qwen3_5Layout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     return GenericLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)

@@ -1,4 +1,4 @@
-"""DeepSeek-V4/V3 and GLM-4-MoE checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
+"""DeepSeek-V4/V3, GLM-4-MoE and Qwen3.5 checkpoint names as SGLang 0.5.23 builds them (docs/engines.md).
 
 SGLang names the layers of one checkpoint differently from vLLM, so an exclusion
 written for one engine's prefixes can match nothing under the other's. Read from
@@ -32,6 +32,7 @@ from specguard.layouts import roles as r
 from specguard.layouts.base import SGLANG, Placement
 from specguard.layouts.deepseek import DeepseekV3Layout, DeepseekV4Layout
 from specguard.layouts.generic import GenericLayout
+from specguard.layouts.qwen3_5 import Qwen3_5Layout
 
 _STAGE0 = ("main_proj", "main_norm")  # DSparkV4StageMixin: stage 0 only
 _LAST_STAGE = ("norm", "hc_head_fn", "hc_head_base", "hc_head_scale")  # the last stage only
@@ -219,3 +220,32 @@ class SglangGptOssLayout(GenericLayout):
     (``set_eagle3_layers_to_capture``)."""
 
     family = "gpt_oss"
+
+
+class SglangQwen3_5Layout(Qwen3_5Layout):
+    """Qwen3.5 / 3.6 / 3.8 (dense and MoE) with its MTP draft, as SGLang 0.5.23 builds it.
+
+    Quant prefixes are the checkpoint's names with the fusions of ``packed_modules_mapping``
+    (qwen3_5.py ``Qwen3_5ForCausalLM``: ``qkv_proj``, ``gate_up_proj``, ``in_proj_qkvz``,
+    ``in_proj_ba``): the multimodal classes build the language model at
+    ``model.language_model`` (qwen3_vl.py, ``hf_to_sglang_mapper = None``), the text-only ones at
+    ``model`` (qwen3_5_text.py). The MTP draft (qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``) builds
+    its one decoder layer with prefix ``mtp`` (``add_prefix("mtp", "")``): ``mtp.layers.0.self_attn.
+    qkv_proj``, ``mtp.layers.0.mlp.experts``, ``mtp.layers.0.mlp.shared_expert.gate_up_proj``; the
+    decoder layer keeps ``self_attn`` in the quant prefix but not in the module tree (its loader's
+    ``.replace(".self_attn", "")``), so parameters sit at ``model.layers.0.qkv_proj``. ``fc`` is a
+    plain ``nn.Linear`` with no prefix (named ``mtp.fc`` here, as the checkpoint does); no SGLang
+    plan rewrites these names (vLLM's recorded plan is not asked).
+    """
+
+    def __init__(self, num_hidden_layers: int, num_draft_layers: int = 0) -> None:
+        super().__init__(num_hidden_layers, num_draft_layers, r.MTP, engine=SGLANG)
+
+    def _place(self, module: str) -> Placement:
+        p = self._named(module)
+        if not p.role.is_draft or not module.startswith("mtp."):
+            return p
+        # qwen3_5_mtp.py load_weights: mtp. -> model., model.fc -> fc, model.pre_fc -> pre_fc, .self_attn dropped
+        param = "model." + p.parameter_prefix.removeprefix("model.").removeprefix("mtp.")
+        param = param.replace("model.fc", "fc", 1).replace("model.pre_fc", "pre_fc", 1).replace(".self_attn", "")
+        return self._placement(module, p.role, p.kind, p.runtime_prefix, param, p.runtime_prefixes[1:])

@@ -1,4 +1,4 @@
-"""Record what SGLang 0.5.23 decides for DeepSeek-V4/V3 and GLM-4-MoE checkpoints, by running its own code on CPU.
+"""Record what SGLang 0.5.23 decides for DeepSeek-V4/V3, GLM-4-MoE and Qwen3.5 checkpoints, running its code on CPU.
 
 Run only by scripts/record_sglang.py and its CI test, under the SGLang overlay
 (``PYTHONPATH=.engines/sglang-0.5.23:.engines/triton-3.7.1``, docs/engines.md);
@@ -177,6 +177,19 @@ def _quant_facts(qc: Any, prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
     return facts
 
 
+def _draft_model_quant(architecture: str, qc: Any) -> dict[str, Any]:
+    """The quant config a draft model class builds its layers with, where the class replaces the
+    loader's (``{}``: the loader's, not recorded). Qwen3.5's MTP: qwen3_5_mtp.py
+    ``_mtp_quant_config``, SGLang's own function, run on the loader's config."""
+    if architecture != "Qwen3_5ForCausalLMMTP":
+        return {}
+    from sglang.srt.models.qwen3_5_mtp import _mtp_quant_config
+
+    built = _mtp_quant_config(qc)
+    cls = None if built is None else f"{type(built).__module__}.{type(built).__qualname__}"
+    return {"model_quant_config": cls}
+
+
 def complete_config(path: Path) -> None:
     """Add to ``path``/config.json the fields SGLang's own ``DeepSeekV4Config`` defaults
     (configs/deepseek_v4.py) that the file lacks: its ModelConfig reads them (e.g.
@@ -215,6 +228,7 @@ def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str
         out[side] = {"architecture": mc.hf_config.architectures[0], "quantization": mc.quantization,
                      "is_fp4_experts": mc.is_fp4_experts, "nvfp4_moe_meta": mc.nvfp4_moe_meta,
                      "quant_config": _quant_facts(qc, prefixes)}
+        out[side].update(_draft_model_quant(out[side]["architecture"], qc))
     return out
 
 

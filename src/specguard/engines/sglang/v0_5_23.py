@@ -42,8 +42,12 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``Mxfp4Config`` (``ignored_layers`` never read from the config) builds them Mxfp4MoEMethod.
 - compressed-tensors (layers/quantization/compressed_tensors/): ``ignore`` and ``targets`` matched
   on SGLang's prefixes (patterns.py ``ct_*``), a routed-experts layer by expert 0's projections.
+- Qwen3.5 MTP (models/qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``): ``_mtp_quant_config`` keeps
+  ``Fp8Config`` and drops a serialized ``modelopt_fp4`` config (recorded in qwen3_5.json); ``fc`` is a
+  plain ``nn.Linear``; qwen2_moe.py ``shared_expert_gate`` a ``torch.nn.Linear`` on CUDA; qwen3_5.py
+  ``conv1d`` has ``quant_config=None``; the model's ``packed_modules_mapping`` reaches the quant config.
 
-Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN and GLM-4-MoE NextN,
+Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN, GLM-4-MoE NextN and Qwen3.5 MTP,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
 (ModelOptFp4Config); compressed-tensors for DeepSeek-V4 and GLM-4-MoE; gpt-oss unquantized or
 under ``mxfp4`` (plans/sglang-0.5.23/gpt_oss.json, compressed_tensors.json). Anything else
@@ -69,9 +73,11 @@ from specguard.layouts.registry import (
     DEEPSEEK_V3_TYPES,
     DEEPSEEK_V4_TYPES,
     GLM4_MOE_TYPES,
+    SGLANG_QWEN3_5_TYPES,
     is_deepseek_v41,
     text_config,
 )
+from specguard.layouts.sglang import SglangQwen3_5Layout
 
 ENGINE = "SGLang 0.5.23"
 GPT_OSS_TYPE = "gpt_oss"
@@ -91,6 +97,13 @@ _ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|ga
 _NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4", MXFP4_CLASS: "mxfp4",
           CT_CLASS: "compressed-tensors"}
 _NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
+# Qwen3.5 (qwen3_5.py ``Qwen3_5ForCausalLM.packed_modules_mapping``, which the loader hands the
+# quant config): a fused layer is skipped when every shard is listed (utils.py is_layer_skipped)
+QWEN3_5_PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
+                  "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")}
+# Qwen3.5 layers built without the quant config: qwen2_moe.py ``shared_expert_gate`` (torch.nn.Linear
+# on CUDA), qwen3_5.py GatedDeltaNet ``conv1d`` (quant_config=None); qwen3_5_mtp.py ``fc`` is below
+_QWEN3_5_NO_QUANT_CONFIG = (".mlp.shared_expert_gate", ".linear_attn.conv1d")
 
 
 class Sglang0523:
@@ -163,7 +176,9 @@ class Sglang0523:
             return f"a separate drafter checkpoint under {ENGINE} is not modelled (docs/engines.md)"
         if self.model_type in DEEPSEEK_V4_TYPES and is_deepseek_v41(self.config):
             return f"no {ENGINE} fact is recorded for DeepSeek-V4.1 ({arch}) (docs/engines.md)"
-        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | {GPT_OSS_TYPE}:
+        if self.model_type not in (DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES
+                                   | {GPT_OSS_TYPE}):
+            # the text predates Qwen3.5 (kept so every other family's output stays as it was)
             return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
@@ -177,9 +192,15 @@ class Sglang0523:
                     "(docs/engines.md: gpt-oss under mxfp4 or unquantized only)")
         if self.quant_class == MXFP4_CLASS and not gpt_oss:
             return f"{ENGINE}'s Mxfp4Config for {arch} is not modelled (docs/engines.md: gpt-oss only)"
-        if self.quant_class == CT_CLASS and self.model_type in DEEPSEEK_V3_TYPES:
+        if self.quant_class == CT_CLASS and self.model_type not in DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES:
             return f"{ENGINE}'s compressed-tensors for {arch} is not recorded (docs/engines.md: DeepSeek-V4, GLM-4-MoE)"
         return None
+
+    @property
+    def is_qwen3_5(self) -> bool:
+        """Qwen3.5/3.6/3.8 with its MTP (SGLang's own layout; Qwen3-Next shares vLLM's layout family
+        but not these rules: it stays unknown)."""
+        return isinstance(self.layout, SglangQwen3_5Layout)
 
     # -- the EngineModel protocol -------------------------------------------------
 
@@ -190,8 +211,9 @@ class Sglang0523:
             return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
                     "takes the checkpoint's quant config), or store them unquantized")
         if self._draft_quant() is None and self.quant_class is not None:
+            source = "qwen3_5_mtp.py _mtp_quant_config" if self.is_qwen3_5 else "glm4_moe_nextn.py"
             return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
-                    "draft without a quant config whatever the config declares (glm4_moe_nextn.py)")
+                    f"draft without a quant config whatever the config declares ({source})")
         return None
 
     def unmodelled(self) -> str | None:
@@ -212,6 +234,8 @@ class Sglang0523:
 
     def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
         proj = prefix.rsplit(".", 1)[-1]
+        if self.is_qwen3_5:
+            return tuple(prefix.rsplit(".", 1)[0] + "." + sh for sh in QWEN3_5_PACKED.get(proj, ()))
         shards = {"gate_up_proj": ("gate_proj", "up_proj"), "wqkv_a": ("wq_a", "wkv")}.get(proj, ())
         return tuple(prefix.replace(proj, sh) for sh in shards)
 
@@ -227,6 +251,8 @@ class Sglang0523:
             return kind != r.ROUTED_EXPERTS
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
+        if self.is_qwen3_5:  # qwen3_5_mtp.py: ``self.fc = nn.Linear(...)``
+            return prefix == "mtp.fc" or prefix.endswith(_QWEN3_5_NO_QUANT_CONFIG)
         # deepseek_nextn.py: eh_proj is a plain nn.Linear unless the quant config is Quark's
         return self.layout.family == "deepseek_v3" and prefix == "model.eh_proj" and not self._draft_quant_is("quark")
 
@@ -285,11 +311,11 @@ class Sglang0523:
         out: dict[str, bool | str | None] = {}
         calls = {}
         if self.quant_class in (FP8_CLASS, HYBRID_CLASS):
-            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored())
+            calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored(), self.packed())
         excludes = self.nvfp4_excludes()
         if excludes is not None:
             calls["nvfp4_excluded"] = lambda: p.is_layer_excluded(prefix, excludes)
-            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes)
+            calls["nvfp4_skipped"] = lambda: p.is_layer_skipped(prefix, excludes, self.packed())
         for key, call in calls.items():
             try:
                 out[key] = call()
@@ -300,6 +326,11 @@ class Sglang0523:
         elif self.quant_class == MXFP4_CLASS:
             out["mxfp4_linear"] = None  # Mxfp4Config.from_config sets no ignored_layers: None on CUDA
         return out
+
+    def packed(self) -> Mapping[str, Sequence[str]]:
+        """The model class's ``packed_modules_mapping`` as the loader hands it to the quant config
+        ({}: SGLang falls back to ``_FALLBACK_FUSED_SHARDS``; only Qwen3.5's is restated)."""
+        return QWEN3_5_PACKED if self.is_qwen3_5 else {}
 
     # -- per stack ------------------------------------------------------------------
 
@@ -315,11 +346,15 @@ class Sglang0523:
             return f"?{self.draft_quantization}"
         if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
             return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+        if self.is_qwen3_5 and cls == MODELOPT_FP4_CLASS:
+            return None  # qwen3_5_mtp.py _mtp_quant_config: a serialized modelopt_fp4 checkpoint: None
         return cls
 
     def _no_draft_quant(self) -> str:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
+        if self.quant_class is not None and self.is_qwen3_5:
+            return " for the draft (qwen3_5_mtp.py _mtp_quant_config drops it under modelopt_fp4)"
         if self.quant_class is not None:
             return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
         return ""
@@ -334,8 +369,8 @@ class Sglang0523:
         if kind in (r.EMBEDDING_KIND, r.HEAD_KIND):
             return self._plain(cls, "None", "fp8.py Fp8Config.get_quant_method: not a LinearBase/FusedMoE")
         ignored = self.fp8_ignored()
-        skipped = p.is_layer_skipped(prefix, ignored)
-        lists = f"ignored_layers as SGLang holds them: {ignored}"
+        skipped = p.is_layer_skipped(prefix, ignored, self.packed())
+        lists = f"ignored_layers as SGLang holds them: {_shown(ignored)}"
         if kind == r.ROUTED_EXPERTS:
             return self._fp8_experts(prefix, cls, skipped, lists)
         if skipped:
@@ -379,7 +414,7 @@ class Sglang0523:
             if p.is_layer_excluded(prefix, exclude):
                 return self._plain(cls, "None", f"modelopt_quant.py is_layer_excluded: {exclude}")
             return EngineChoice(NVFP4, "ModelOptNvFp4FusedMoEMethod", f"ModelOptFp4Config; excludes {exclude}", cls)
-        if p.is_layer_skipped(prefix, exclude) or p.is_layer_excluded(prefix, exclude):
+        if p.is_layer_skipped(prefix, exclude, self.packed()) or p.is_layer_excluded(prefix, exclude):
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
@@ -418,7 +453,7 @@ class Sglang0523:
         """``packed_modules_mapping``: the model class's, which model_loader/weight_utils.py
         ``get_quant_config`` writes over the config's; none for the DeepSeek-V4 and GLM-4-MoE
         classes (recorded)."""
-        return {}
+        return self.packed()
 
     def _ct_scheme_dict(self, name: str, class_name: str) -> Mapping[str, Any] | None:
         """``get_scheme_dict``: None when ignored, else the matched target's group (ValueError from
@@ -547,6 +582,13 @@ def _ct_scheme_name(group: Mapping[str, Any] | None) -> str | None:
     parts = (f"w{w.get('num_bits')}{w.get('type')}", w.get("strategy"), w.get("group_size") and f"g{w['group_size']}",
              block and f"b{block}", f"a{a.get('num_bits')}" if isinstance(a, Mapping) else "a16")
     return "-".join(str(x) for x in parts if x)
+def _shown(entries: Sequence[str], limit: int = 12) -> str:
+    """A list for a reason line: whole up to ``limit`` entries (as before), else its first ones and
+    the count left out (a published Qwen3.5 FP8 release lists 978 modules, twice over here)."""
+    if len(entries) <= limit:
+        return str(list(entries))
+    head = ", ".join(repr(x) for x in entries[:3])
+    return f"[{head}, ... and {len(entries) - 3} more]"
 
 
 def _unquantized(kind: str) -> str:
