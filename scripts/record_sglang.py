@@ -33,9 +33,9 @@ QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
         "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
 # gpt-oss (Mxfp4Config): the published gpt-oss-20b copy, 4 layers
 OSS = ("gpt-oss-20b",)
-# compressed-tensors with a NextN draft: the factory's S2 (DeepSeek-V4) and the published
-# GLM-4.5-Air FP8 copies (4 main layers + the nextn layer)
-CT_SCENARIOS = ("s2",)
+# compressed-tensors with a NextN/MTP draft: the factory's S2 (DeepSeek-V4), Q0-CT and Q4-FC
+# (Qwen3.6 dense W4A16) and the published GLM-4.5-Air FP8 copies (4 main layers + the nextn layer)
+CT_SCENARIOS = ("s2", "q0-ct", "q4-fc")
 GLM_AIR = ("glm-4.5-air-fp8", "glm-4.5-air-fp8-mtp-bf16-not-excluded", "glm-4.5-air-fp8-mtp-bf16-excluded")
 # the BF16-graft copy with entries in SGLang's names, one per matching rule: an exact entry for the
 # experts layer (SGLang asks its experts' names: matches nothing), a dotted suffix, a regex
@@ -91,7 +91,8 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     out["s1-hybrid"] = (root / "s1-hybrid", "EAGLE", _prefixes(root / "s1-hybrid"))
     for name in CT_SCENARIOS:
         write_scenario(name, root / name)
-        _complete(root / name / "config.json")
+        if name.startswith("s"):  # DeepSeek-V4
+            _complete(root / name / "config.json")
         out[name] = (root / name, "EAGLE", _prefixes(root / name))
     published = _published()
     for name in (*GLM, *QWEN, *OSS, *GLM_AIR):

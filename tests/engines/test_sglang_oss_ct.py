@@ -51,7 +51,8 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         from specguard.factory import write_scenario
 
         write_scenario(name, root / name)
-        script._complete(root / name / "config.json")
+        if name.startswith("s"):  # DeepSeek-V4
+            script._complete(root / name / "config.json")
         out[name] = root / name
     for name in (*script.OSS, *script.GLM_AIR):
         out[name] = published.build(name, root / name, 4)
@@ -74,7 +75,7 @@ def test_engine_model_agrees_with_sglangs_own_decisions(cases: dict[str, Path], 
         assert model.is_fp4_experts is facts["is_fp4_experts"], side
         if model.quant_class == facts["quant_config"]["class"] and facts["quant_config"]["class"].endswith(
                 "CompressedTensorsConfig"):
-            assert facts["quant_config"]["packed_modules_mapping"] == dict(model._ct_fused())
+            assert facts["quant_config"]["packed_modules_mapping"] == {k: list(v) for k, v in model._ct_fused().items()}
         recorded = facts["quant_config"]["prefixes"]
         assert set(recorded) == set(resolver.prefixes())
         assert {p: model.matching(p) for p in recorded} == recorded, side
@@ -220,3 +221,21 @@ def test_fix_all_writes_a_repair_every_engine_loads(cases: dict[str, Path], tmp_
     for engine in ("vllm-0.33", "vllm-0.32", KEY):
         Resolver.clear_cache()
         assert {rt.verdict for rt in Resolver.open(out, engine=engine).routes()} == {OK}, engine
+
+
+def test_qwen3_5_compressed_tensors_mtp_under_sglang(cases: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen3.6 dense W4A16 (Q4-FC: the BF16 ``mtp.fc`` missing from ``ignore``): qwen3_5_mtp.py
+    ``_mtp_quant_config`` keeps a compressed-tensors config for the draft (recorded), but ``fc`` is a
+    plain ``nn.Linear`` there, so SGLang loads the BF16 ``fc`` as stored where vLLM builds it W4A16;
+    the rest of the draft (``mtp.layers.0.*``, fused by the model's ``packed_modules_mapping``,
+    recorded) is built INT4 as stored."""
+    assert RECORD["q4-fc"]["draft"]["model_quant_config"].endswith("CompressedTensorsConfig")
+    assert RECORD["q4-fc"]["draft"]["quant_config"]["prefixes"]["mtp.fc"]["ct_ignored"] is False
+    routes = _routes(cases["q4-fc"])
+    assert {rt.verdict for rt in routes.values()} == {OK}
+    assert not routes["mtp.fc"].vllm.scheme.quantized
+    assert routes["mtp.layers.0.self_attn.qkv_proj"].vllm.scheme.format == s.INT4_GROUP
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["route", str(cases["q4-fc"]), "--engine", "all"]) == 1
+    assert "the engines differ on 1 module(s): mtp.fc" in capsys.readouterr().out

@@ -130,10 +130,12 @@ def test_route_all_on_qwen3_5_shows_the_engines_differ(copies: dict[str, Path], 
     assert "the engines differ on 3 module(s)" in capsys.readouterr().out
 
 
-def test_qwen3_5_compressed_tensors_copy_is_unknown_under_sglang() -> None:
+def test_qwen3_5_compressed_tensors_copy_under_sglang() -> None:
     """The published Qwen3.6 compressed-tensors config (tests/data/published/qwen3_5_dense_ct_mtpfile):
-    SGLang's compressed-tensors stack is not restated here (another helper's part of issue 27), so every
-    quantizable drafter module is unknown with that reason, never ok."""
+    SGLang's compressed-tensors matching (engines/sglang/patterns.py ``ct_*``, checked against SGLang's
+    own on Q0-CT/Q4-FC in test_sglang_oss_ct.py) picks the ``group_mtp`` regex target (names and
+    ``re:`` before class names) for the drafter's projections: INT4 g32, as stored; ``fc`` is a plain
+    ``nn.Linear`` (qwen3_5_mtp.py)."""
     import json
 
     from specguard.engines.sglang.v0_5_23 import Sglang0523
@@ -144,4 +146,6 @@ def test_qwen3_5_compressed_tensors_copy_is_unknown_under_sglang() -> None:
     assert model.layout.family == "qwen3_5"
     for prefix, kind in (("mtp.layers.0.self_attn.qkv_proj", r.LINEAR), ("mtp.layers.0.mlp.gate_up_proj", r.LINEAR)):
         built = model.builds(prefix, kind=kind)
-        assert built.scheme.format == "unknown" and "compressed-tensors" in built.reason, built
+        assert (built.scheme.format, built.scheme.group_size) == ("int4_group", 32), built
+        assert "re:.*mtp\\..*proj$" in built.reason
+    assert not model.builds("mtp.fc", kind=r.LINEAR).scheme.quantized

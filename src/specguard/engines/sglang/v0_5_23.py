@@ -192,7 +192,7 @@ class Sglang0523:
                     "(docs/engines.md: gpt-oss under mxfp4 or unquantized only)")
         if self.quant_class == MXFP4_CLASS and not gpt_oss:
             return f"{ENGINE}'s Mxfp4Config for {arch} is not modelled (docs/engines.md: gpt-oss only)"
-        if self.quant_class == CT_CLASS and self.model_type not in DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES:
+        if self.quant_class == CT_CLASS and self.model_type not in DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
             return f"{ENGINE}'s compressed-tensors for {arch} is not recorded (docs/engines.md: DeepSeek-V4, GLM-4-MoE)"
         return None
 
