@@ -49,7 +49,7 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
 
 Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN, GLM-4-MoE NextN and Qwen3.5 MTP,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
-(ModelOptFp4Config); compressed-tensors for DeepSeek-V4 and GLM-4-MoE; gpt-oss unquantized or
+(ModelOptFp4Config); compressed-tensors for DeepSeek-V4, GLM-4-MoE and Qwen3.5; gpt-oss unquantized or
 under ``mxfp4`` (plans/sglang-0.5.23/gpt_oss.json, compressed_tensors.json). Anything else
 routes ``unknown`` (no recorded SGLang fact), never ok.
 """
@@ -192,8 +192,9 @@ class Sglang0523:
                     "(docs/engines.md: gpt-oss under mxfp4 or unquantized only)")
         if self.quant_class == MXFP4_CLASS and not gpt_oss:
             return f"{ENGINE}'s Mxfp4Config for {arch} is not modelled (docs/engines.md: gpt-oss only)"
-        if self.quant_class == CT_CLASS and self.model_type not in DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
-            return f"{ENGINE}'s compressed-tensors for {arch} is not recorded (docs/engines.md: DeepSeek-V4, GLM-4-MoE)"
+        if self.quant_class == CT_CLASS and self.model_type not in _CT_RECORDED:
+            return (f"{ENGINE}'s compressed-tensors for {arch} is not recorded (docs/engines.md: DeepSeek-V4, "
+                    "GLM-4-MoE, Qwen3.5)")
         return None
 
     @property
@@ -568,6 +569,8 @@ class Sglang0523:
                             f"none of the {n} ignore entries", cls)
 
 
+# families whose compressed-tensors cases are recorded (plans/sglang-0.5.23/compressed_tensors.json)
+_CT_RECORDED = DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES
 # compressed_tensors/utils.py ``is_activation_quantization_format``
 _CT_ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized", "pack-quantized")
 
