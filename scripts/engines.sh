@@ -30,5 +30,6 @@ wait $tv
 # torchvision's C extension needs libtorch_cuda; without it torchvision falls back to its
 # Python ops (see requirements/sglang-0.5.23-cpu.txt).
 rm -f .engines/sglang-0.5.23/torchvision/_C.so .engines/torchvision-0.28.0/torchvision/_C.so
-# ... and vLLM's model-inspection subprocesses need its op schemas defined before it imports
-cp scripts/torchvision_sitecustomize.py .engines/torchvision-0.28.0/sitecustomize.py
+# ... and vLLM's model-inspection subprocesses need its op schemas defined before it imports (the module
+# run as the overlay's sitecustomize: engines/torchvision_ops.py)
+cp src/specguard/engines/torchvision_ops.py .engines/torchvision-0.28.0/sitecustomize.py

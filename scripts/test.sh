@@ -54,7 +54,7 @@ $PIP install -q --no-compile --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cp
 step "installing specguard and the test requirements"
 $PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
 step "ruff and mypy in the background"
-in_background ruff .venv/bin/ruff check src tests benchmarks
+in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
 step "waiting for the engine overlays"
 wait_for engines

@@ -4,6 +4,7 @@ stages, and every doc a source file cites is in the repository."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -37,10 +38,16 @@ def _stage(path: Path) -> str:
     return rel.parts[0].removesuffix(".py")
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    """A source file's tree, parsed once per run (a dozen tests walk every file)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, stage) of every specguard stage this file imports, lazy imports included."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parse(path)):
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] if node.module != "specguard" else [f"specguard.{a.name}" for a in node.names]
@@ -53,6 +60,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+@functools.cache
 def _stage_graph() -> dict[str, dict[str, str]]:
     """stage -> {imported stage: first file:line that imports it}."""
     graph: dict[str, dict[str, str]] = {}
@@ -148,7 +156,7 @@ def test_no_function_is_written_twice():
     seen: dict[tuple[str, str], Path] = {}
     twice = []
     for path in sorted(SRC.rglob("*.py")):
-        for node in ast.parse(path.read_text()).body:
+        for node in _parse(path).body:
             if isinstance(node, ast.FunctionDef):
                 key = (node.name, ast.dump(ast.Module(body=node.body, type_ignores=[])))
                 if key in seen:
@@ -184,7 +192,7 @@ _ENGINE_PACKAGES = {p.name for p in (SRC / "engines").iterdir() if (p / "__init_
 def _engine_module_imports(path: Path) -> list[str]:
     """Modules of one engine (``specguard.engines.vllm...``) this file imports, lazy ones included."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_parse(path)):
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]

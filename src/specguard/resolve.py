@@ -397,8 +397,13 @@ class Resolver:
         """The routes' first checkpoint modules (all ``_unmatched`` asks about) each exclusion
         entry matches, found once per entry (declared/index.py) instead of once per entry
         per route; not all 45,000 modules of an export (benchmarks/lint_export.py)."""
-        index = NameIndex(names[0] for names in self._groups.values())
-        return [frozenset(index.matching(pat)) for pat in self.declared_config.exclusions]
+        exclusions = self.declared_config.exclusions
+        key = ("exclusion hits", exclusions)  # a re-routed fix that leaves the entries as they were shares them
+        hit = self._grouped.get(key)
+        if hit is None:
+            index = NameIndex(names[0] for names in self._groups.values())
+            hit = self._grouped[key] = [frozenset(index.matching(pat)) for pat in exclusions]
+        return hit
 
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)

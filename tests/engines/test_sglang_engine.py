@@ -171,15 +171,16 @@ def test_lint_names_sglang(cases: dict[str, Path], capsys) -> None:
     assert "SG201" in {f["code"] for f in records}
 
 
-def test_an_architecture_without_sglang_facts_is_unknown(tmp_path: Path) -> None:
-    """Qwen3.5 MTP: no SGLang fact recorded -> unknown with the reason, never ok (SG205)."""
+def test_a_stack_without_sglang_facts_is_unknown(tmp_path: Path) -> None:
+    """Qwen3.5 MTP under GPTQ (auto-round, factory q0): SGLang's Qwen3.5 classes are modelled, its
+    GPTQ quant config is not -> unknown with the reason, never ok (SG205)."""
     from specguard.factory import write_scenario
 
     write_scenario("q0", tmp_path / "q0")
     routes = _resolver(tmp_path / "q0").routes()
     quantizable = [rt for rt in routes if rt.kind in (r.LINEAR, r.ROUTED_EXPERTS)]
     assert quantizable and {rt.verdict for rt in quantizable} == {UNKNOWN}
-    assert "no SGLang 0.5.23 fact is recorded for Qwen3_5MoeForConditionalGeneration" in quantizable[0].reason
+    assert "SGLang 0.5.23's gptq quant config is not modelled" in quantizable[0].reason
     assert main(["route", str(tmp_path / "q0"), "--engine", KEY]) == 3
 
 

@@ -62,6 +62,13 @@ EXPECTED = {
     # target's, its F16 layers are built FP8 (test_published_truth.py checks the pair).
     "llama-3.1-8b-fp8": set(),
     "eagle3-llama3.1-8b-with-target-quant-config": {"SG203"},
+    # Qwen3.8 FP8 (Qwen3.5 MoE text): the release's mtp.* entries keep the BF16 parts BF16; without them
+    # (MTP grafted BF16) vLLM builds fc, attention, experts and shared expert FP8 over BF16; the NVFP4
+    # export built from it excludes mtp.layers.0* but not mtp.fc, built NVFP4 over BF16 (SG701 at load).
+    # (SGLang's verdicts: tests/engines/test_sglang_published.py.)
+    "qwen3.8-2.4t-a95b-fp8": set(),
+    "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded": {"SG203"},
+    "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16": {"SG203", "SG701"},
 }
 
 

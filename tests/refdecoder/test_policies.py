@@ -14,10 +14,10 @@ import torch
 
 from specguard.factory import ScenarioInfo
 from specguard.refdecoder import loader as ld
-from specguard.refdecoder.demo import PolicyResult, run_case
+from specguard.refdecoder.demo import PolicyResult
 from specguard.refdecoder.policies import LoadFailure, load_policy
 from specguard.refdecoder.weights import load_weights
-from tests.refdecoder.conftest import DECODE
+from tests.refdecoder.conftest import decode_case
 
 CASES = [("s1", "resolver"), ("s1", "global"), ("s1", "bf16"), ("s2", "resolver"), ("s2", "global"),
          ("s4", "resolver"), ("s4", "global"), ("s4", "bf16")]
@@ -30,12 +30,13 @@ def infos(exports: dict[str, ScenarioInfo]) -> dict[str, ScenarioInfo]:
 
 @pytest.fixture(scope="session")
 def results(infos: dict[str, ScenarioInfo], decode_prompts: list[list[int]],
-            bf16_runs: dict[str, PolicyResult]) -> dict[tuple[str, str], PolicyResult]:
+            bf16_runs: dict[str, PolicyResult], resolver_runs: dict[str, PolicyResult],
+            ) -> dict[tuple[str, str], PolicyResult]:
     torch.set_num_threads(1)
+    shared = {"bf16": bf16_runs, "resolver": resolver_runs}  # conftest's runs, test_fixed's too
     # a collapsed drafter needs few steps to show it (and each costs a full verify)
-    return {case: bf16_runs[case[0]] if case[1] == "bf16" else
-            run_case(*case, infos, decode_prompts[:2] if case[1] == "global" else decode_prompts, **DECODE)
-            for case in CASES}
+    return {case: shared[case[1]][case[0]] if case[1] in shared else
+            decode_case(*case, infos, decode_prompts[:2]) for case in CASES}
 
 
 @pytest.mark.parametrize("scenario", ["s1", "s2", "s4"])

@@ -20,12 +20,32 @@ from specguard.refdecoder.weights import load_dspark, load_weights
 NEW = 24
 
 
+@pytest.fixture(scope="module")
+def plain(trained: Transformer, prompts: list[list[int]]) -> list[list[int]]:
+    """Plain greedy decoding of the first three prompts: the reference every lossless check compares with."""
+    torch.set_num_threads(1)  # set up before conftest's one_thread
+    return [greedy_generate(trained, prompt, NEW).tokens for prompt in prompts[:3]]
+
+
+@pytest.fixture(scope="module")
+def k3_stats(trained: Transformer, prompts: list[list[int]]) -> SpecStats:
+    """The trained MTP block drafting k = 3 over every prompt, merged."""
+    torch.set_num_threads(1)
+    stats = SpecStats(3)
+    for prompt in prompts:
+        s = speculative_generate(trained, prompt, NEW, k=3).stats
+        assert s is not None
+        stats.merge(s)
+    return stats
+
+
 @pytest.mark.parametrize("k", [1, 3, 5])
-def test_output_identical_to_plain_greedy(trained: Transformer, prompts: list[list[int]], k: int) -> None:
-    for prompt in prompts[:3]:
-        plain = greedy_generate(trained, prompt, NEW).tokens
+def test_output_identical_to_plain_greedy(
+    trained: Transformer, prompts: list[list[int]], plain: list[list[int]], k: int
+) -> None:
+    for prompt, want in zip(prompts[:3], plain, strict=True):
         spec = speculative_generate(trained, prompt, NEW, k=k)
-        assert spec.tokens == plain
+        assert spec.tokens == want
         assert spec.stats is not None and spec.stats.num_accepted_tokens > 0
 
 
@@ -43,13 +63,13 @@ def test_runner_reused_across_prompts_matches_one_off_runs(
 
 
 def test_separate_dspark_drafter_is_lossless_and_accepted(
-    trained: Transformer, prompts: list[list[int]]
+    trained: Transformer, prompts: list[list[int]], plain: list[list[int]]
 ) -> None:
     drafter = DSparkDraft(trained, load_dspark())
     stats = SpecStats(3)
-    for prompt in prompts[:3]:
+    for prompt, want in zip(prompts[:3], plain, strict=True):
         spec = speculative_generate(trained, prompt, NEW, k=3, drafter=drafter)
-        assert spec.tokens == greedy_generate(trained, prompt, NEW).tokens
+        assert spec.tokens == want
         assert spec.stats is not None
         stats.merge(spec.stats)
     assert stats.per_position_rate[0] >= 0.40
@@ -67,12 +87,8 @@ def test_lossless_even_with_a_garbage_drafter(prompts: list[list[int]]) -> None:
     assert spec.stats is not None and spec.stats.num_accepted_tokens == 0
 
 
-def test_metrics_follow_vllm_definitions(trained: Transformer, prompts: list[list[int]]) -> None:
-    stats = SpecStats(3)
-    for prompt in prompts:
-        s = speculative_generate(trained, prompt, NEW, k=3).stats
-        assert s is not None
-        stats.merge(s)
+def test_metrics_follow_vllm_definitions(k3_stats: SpecStats) -> None:
+    stats = k3_stats
     assert stats.num_draft_tokens == 3 * stats.num_drafts
     assert stats.num_accepted_tokens == sum(stats.accepted_per_pos)
     rates = stats.per_position_rate
@@ -81,15 +97,8 @@ def test_metrics_follow_vllm_definitions(trained: Transformer, prompts: list[lis
     assert stats.mean_acceptance_length == pytest.approx(1 + sum(rates))
 
 
-def test_trained_mtp_position0_acceptance_at_least_40_percent(
-    trained: Transformer, prompts: list[list[int]]
-) -> None:
-    stats = SpecStats(3)
-    for prompt in prompts:
-        s = speculative_generate(trained, prompt, NEW, k=3).stats
-        assert s is not None
-        stats.merge(s)
-    assert stats.per_position_rate[0] >= 0.40, stats
+def test_trained_mtp_position0_acceptance_at_least_40_percent(k3_stats: SpecStats) -> None:
+    assert k3_stats.per_position_rate[0] >= 0.40, k3_stats
 
 
 def test_rejects_bad_arguments(trained: Transformer) -> None:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import repeat
+from operator import itemgetter
 from types import ModuleType
 
 from specguard.engines import Refusal
@@ -13,6 +15,8 @@ from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
 from specguard.resolve import Route
+
+_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 SG701 = rule("SG701", "engine-will-not-start", ERROR,
       "vLLM 0.33 refuses this checkpoint at start-up or while loading its weights: it will not serve.")
@@ -63,6 +67,8 @@ def _packed_over_unpacked(routes: list[Route]) -> list[Refusal]:
 def _expert_tensors(ctx: LintContext) -> Iterator[tuple[ModuleType, str, str, bool]]:
     """(the engine's loader model, tensor name, its part after the layer's ``experts.``, is 3-D) of
     every routed-expert tensor."""
+    # per loader, (separator, part after it) of the modules the loop below skips
+    known_by: dict[ModuleType, set[tuple[str, str]]] = {}
     for res, rt in ctx.all_routes():
         if rt.kind != r.ROUTED_EXPERTS:
             continue
@@ -70,8 +76,18 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[ModuleType, str, str, bo
         # (QuantizationConfig.get_checkpoint_weight_mapper)
         dropped = ("g_idx",) if res.declared_config.stack != "none" else ()
         loader = getattr(res.vllm, "loader", None)
-        if loader is None or loader.all_mapped(rt.checkpoint_names):
-            continue  # no model of this engine's expert loader, or every expert named as it maps them
+        if loader is None:
+            continue  # no model of this engine's expert loader
+        # The loop below skips a module whose ``{e}.{proj}`` the loader maps: a layer's few hundred of
+        # them (the same in every layer), found with C-level maps, less those already known to map,
+        # skip the whole layer when the rest map (45,000 expert modules in a DeepSeek export)
+        known = known_by.setdefault(loader, set())
+        cut = set(map(_AFTER_SEP, map(str.partition, rt.checkpoint_names, repeat(".experts")))) - known
+        if all(not sep or loader.expert_module_mapped(rest.lstrip(".")) for sep, rest in cut):
+            known |= cut
+            continue
+        if loader.all_mapped(rt.checkpoint_names):
+            continue  # every expert named as it maps them
         for module in rt.checkpoint_names:
             mod = res.table.modules.get(module)
             if mod is None or ".experts." not in f"{module}.":

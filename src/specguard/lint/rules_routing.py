@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from operator import attrgetter
 from typing import Protocol, TypeGuard
 
 from specguard.declared import DeclaredScheme
@@ -20,6 +21,8 @@ from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.fixes import planned
 from specguard.lint.registry import rule
 from specguard.resolve import MISROUTED, UNKNOWN, Resolver, Route, Verdict
+
+_PARAMS = attrgetter("params")
 
 
 class Built(Protocol):
@@ -162,17 +165,13 @@ def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
     """Tensors the built method reads that some module behind the route does not store."""
     want = needs(rt.vllm.scheme)
     out: set[str] = set()
-    seen: set[tuple[str, ...]] = set()  # modules storing the same parameters answer alike (256 experts a layer)
+    # modules storing the same parameters answer alike (256 experts a layer): each parameter list
+    # once, found with C-level maps (45,000 expert modules in a DeepSeek export)
+    stored: set[tuple[str, ...]] = set()
     for res in ctx.resolvers:
-        for name in rt.checkpoint_names:
-            mod = res.table.modules.get(name)
-            if mod is None:
-                continue
-            stored = tuple(mod.params)
-            if stored in seen:
-                continue
-            seen.add(stored)
-            out.update(alternatives[0] for alternatives in want if not any(a in mod.params for a in alternatives))
+        stored.update(map(tuple, map(_PARAMS, filter(None, map(res.table.modules.get, rt.checkpoint_names)))))
+    for params in stored:
+        out.update(alternatives[0] for alternatives in want if not any(a in params for a in alternatives))
     return tuple(a[0] for a in want if a[0] in out)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from specguard.checkpoint.errors import CheckpointError
@@ -25,6 +27,8 @@ from specguard.errors import UsageError
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
 from specguard.resolve import OK, UNKNOWN, Resolver, Route
+
+_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 ALL = "all"
 TARGET, DRAFTER = "target", "drafter"
@@ -219,18 +223,29 @@ class Overlay:
 
         found: dict[str, str] = {}
         mapped: dict[str, bool] = {}  # by ``{e}.{proj}``: the same few hundred in every layer
+        known: set[tuple[str, str]] = set()  # (separator, ``{e}.{proj}``) of modules known to map
+
+        def is_mapped(below: str) -> bool:
+            hit = mapped.get(below)
+            if hit is None:
+                hit = mapped[below] = loader.expert_module_mapped(below)
+            return hit
+
         for rt in resolver.routes():
             if rt.kind != r.ROUTED_EXPERTS:
+                continue
+            # a layer's experts name a few hundred ``{e}.{proj}``, the same in every layer: the route's set
+            # of them, found with C-level maps, less those known to map, skips a layer when the rest map
+            cut = set(map(_AFTER_SEP, map(str.partition, rt.checkpoint_names, repeat(".experts.")))) - known
+            if all(is_mapped(b) for sep, b in cut if sep):
+                known |= cut
                 continue
             for module in rt.checkpoint_names:
                 mod = resolver.table.modules.get(module)
                 if mod is None or ".experts." not in module:
                     continue
                 head, below = module.split(".experts.", 1)
-                hit = mapped.get(below)
-                if hit is None:
-                    hit = mapped[below] = loader.expert_module_mapped(below)
-                if hit:  # ``{e}.{proj}``: mapped whatever its parameters
+                if is_mapped(below):  # ``{e}.{proj}``: mapped whatever its parameters
                     continue
                 for param in mod.params:
                     got = loader.expert_load(f"{below}.{param}")

@@ -41,12 +41,9 @@ EXPERT_PREFIXES = ("model.layers.0.mlp.experts", "model.layers.1.mlp.experts",
 
 
 def _cpu_prelude() -> None:
-    import torch
+    from specguard.engines.torchvision_ops import define_torchvision_ops
 
-    lib = torch.library.Library("torchvision", "DEF")  # kept alive on the module below
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    sys.modules[__name__].__dict__["_TORCHVISION_LIB"] = lib
+    define_torchvision_ops()
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
 

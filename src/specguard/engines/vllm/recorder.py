@@ -26,7 +26,6 @@ transformers class they extend. Nothing that decides a prefix or a class is touc
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import json
 import os
@@ -38,6 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from specguard.engines.torchvision_ops import define_torchvision_ops
 
 
 def _installed_engine() -> str:
@@ -713,28 +714,17 @@ def targets(engine: str = ENGINE) -> list[str]:
 
 def torchvision_prelude() -> None:
     """Qwen3.5's module imports Qwen3-VL's, whose transformers image/video processors import
-    torchvision. The wheels on this index are CUDA builds; the overlay (scripts/engines.sh:
-    .engines/torchvision-0.28.0, put on PYTHONPATH by the callers) drops its ``_C`` extension,
-    which needs libtorch_cuda, so the two op schemas its Python side registers fakes for are
-    defined here first (as the SGLang recorder does). Nothing torchvision runs builds a layer."""
+    torchvision: where that is the overlay without its ``_C`` (scripts/engines.sh:
+    .engines/torchvision-0.28.0, put on the path by the callers), its op schemas are defined
+    first (engines/torchvision_ops.py, as the SGLang recorder does)."""
     import importlib.util
 
-    spec = importlib.util.find_spec("torchvision")
+    spec = importlib.util.find_spec("torchvision")  # (fires the overlay's sitecustomize hook, if any)
     if spec is None or spec.origin is None or "torchvision" in sys.modules:
         return
     if any(Path(spec.origin).parent.glob("_C*.so")):
         return  # a build whose extension loads registers its own ops
-    import torch
-
-    lib = torch.library.Library("torchvision", "FRAGMENT")
-    for schema in ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-                   "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"):
-        with contextlib.suppress(RuntimeError):  # defined already: the overlay's sitecustomize hook ran first
-            lib.define(schema)
-    _KEPT.append(lib)
-
-
-_KEPT: list[Any] = []  # the torchvision op library stays alive for the process
+    define_torchvision_ops()
 
 
 def _record_all(out_dir: Path, only: list[str] | None) -> dict[str, str]:

@@ -1,0 +1,54 @@
+"""SG501 on per-tensor global scales: shards vLLM fuses into one layer (q/k/v, gate/up) must
+share one ``weight_scale_2`` (it keeps the max). ModelOpt's own NVFP4 export (the producer
+fixture) with one shard's stored scale bytes changed in place."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+from specguard.checkpoint.header import read_header
+from specguard.lint import lint
+from specguard.resolve import Resolver
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "producers" / "mo_nvfp4"
+
+
+def _with_scales(dest: Path, scales: dict[str, float]) -> Path:
+    """A copy of the fixture with these F32 scalars written over the stored ones."""
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("expected.json", "vllm.json"))
+    path = dest / "model.safetensors"
+    header = read_header(path)
+    with open(path, "r+b") as f:
+        for name, value in scales.items():
+            t = header.tensors[name]
+            assert t.dtype == "F32" and t.nbytes == 4
+            f.seek(t.offsets[0])
+            f.write(struct.pack("<f", value))
+    return dest
+
+
+def _sg501(d: Path) -> list:
+    Resolver.clear_cache()
+    return [f for f in lint([Resolver.open(d)]).findings if f.code == "SG501"]
+
+
+def test_the_export_as_written_shares_its_global_scales():
+    assert _sg501(FIXTURE) == []
+
+
+def test_shards_with_different_global_scales_are_found(tmp_path):
+    layer = "model.layers.0.self_attn"
+    stored = read_header(FIXTURE / "model.safetensors").tensors
+    q = f"{layer}.q_proj.weight_scale_2"
+    with open(FIXTURE / "model.safetensors", "rb") as f:
+        f.seek(stored[q].offsets[0])
+        (value,) = struct.unpack("<f", f.read(4))
+    d = _with_scales(tmp_path / "differ", {f"{layer}.k_proj.weight_scale_2": value * 2,
+                                          # a non-finite scale is SG401's: its layer is not compared here
+                                          "model.layers.1.self_attn.k_proj.weight_scale_2": float("nan"),
+                                          "model.layers.1.self_attn.q_proj.weight_scale_2": value * 4})
+    (finding,) = _sg501(d)
+    assert finding.modules == (f"{layer}.qkv_proj",)
+    assert "whose shards carry different weight_scale_2" in finding.message
