@@ -10,7 +10,8 @@ and Qwen3.8 FP8 copies (scripts/published_sparse.py, tests/data/published/SOURCE
 process: deepseek_v4.json (the factory's DeepSeek cases), glm4_moe.json (GLM-4-MoE NextN),
 qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export of it),
 eagle.json (the published EAGLE-3 drafter of Llama-3.1-8B, alone and as an FP8 drafter whose
-ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``).
+ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``),
+gpt_oss.json (gpt-oss-20b, Mxfp4Config), compressed_tensors.json (S2, GLM-4.5-Air FP8).
 """
 
 from __future__ import annotations
@@ -37,8 +38,21 @@ QWEN = ("qwen3.8-2.4t-a95b-fp8", "qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded",
         "qwen3.8-2.4t-a95b-nvfp4-export-mtp-bf16")
 # A separate EAGLE-3 drafter (--speculative-draft-model-path) over its target, 4 target layers
 EAGLE_TARGET, EAGLE = "llama-3.1-8b-fp8", ("eagle3-llama3.1-8b", "eagle3-fp8-vllm-names", "eagle3-fp8-vllm-names-fixed")
-FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN + EAGLE, "glm4_moe.json": lambda case: case in GLM,
-         "qwen3_5.json": lambda case: case in QWEN, "eagle.json": lambda case: case in EAGLE}
+# gpt-oss (Mxfp4Config): the published gpt-oss-20b copy, 4 layers
+OSS = ("gpt-oss-20b",)
+# compressed-tensors with a NextN/MTP draft: the factory's S2 (DeepSeek-V4), Q0-CT and Q4-FC
+# (Qwen3.6 dense W4A16) and the published GLM-4.5-Air FP8 copies (4 main layers + the nextn layer)
+CT_SCENARIOS = ("s2", "q0-ct", "q4-fc")
+GLM_AIR = ("glm-4.5-air-fp8", "glm-4.5-air-fp8-mtp-bf16-not-excluded", "glm-4.5-air-fp8-mtp-bf16-excluded")
+# the BF16-graft copy with entries in SGLang's names, one per matching rule: an exact entry for the
+# experts layer (SGLang asks its experts' names: matches nothing), a dotted suffix, a regex
+SGLANG_NAMES = "glm-4.5-air-fp8-mtp-bf16-sglang-names"
+SGLANG_NAMES_IGNORE = ["model.decoder.mlp.experts", "decoder.self_attn.o_proj", "re:model\\.decoder\\.mlp\\.shared_"]
+CT = (*CT_SCENARIOS, *GLM_AIR, SGLANG_NAMES)
+FILES = {"deepseek_v4.json": lambda case: case not in GLM + QWEN + EAGLE + OSS + CT,
+         "glm4_moe.json": lambda case: case in GLM, "qwen3_5.json": lambda case: case in QWEN,
+         "eagle.json": lambda case: case in EAGLE,
+         "gpt_oss.json": lambda case: case in OSS, "compressed_tensors.json": lambda case: case in CT}
 
 
 def _published():  # scripts/published_sparse.py, loaded by path (scripts/ is not a package)
@@ -132,11 +146,26 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     for name, path in (("s6-bf16", root / "s6-bf16"), ("s6-bf16-fixed", _fix_all(root / "s6-bf16", root / "s6f"))):
         out[name] = (path, "EAGLE", _prefixes(path))
     out.update(_eagle_cases(root))
+    for name in CT_SCENARIOS:
+        write_scenario(name, root / name)
+        if name.startswith("s"):  # DeepSeek-V4
+            _complete(root / name / "config.json")
+        out[name] = (root / name, "EAGLE", _prefixes(root / name))
     published = _published()
-    for name in GLM + QWEN:
+    for name in (*GLM, *QWEN, *OSS, *GLM_AIR):
         path = published.build(name, root / name, 4)
         out[name] = (path, "EAGLE", _prefixes(path))
+    out[SGLANG_NAMES] = (sglang_names(published, root), "EAGLE", _prefixes(root / SGLANG_NAMES))
     return out
+
+
+def sglang_names(published, root: Path) -> Path:
+    """GLM-4.5-Air FP8 with its BF16 nextn graft not excluded, plus ``SGLANG_NAMES_IGNORE``."""
+    path = published.build("glm-4.5-air-fp8-mtp-bf16-not-excluded", root / SGLANG_NAMES, 4)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"]["ignore"] += SGLANG_NAMES_IGNORE
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    return path
 
 
 def main(argv: list[str]) -> int:

@@ -33,10 +33,13 @@ EXPECTED = {
     "glm-4.7-nvfp4": set(),
     "glm-4.7-nvfp4-mtp-not-excluded": set(),
     "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names": set(),
-    # compressed-tensors under SGLang is not modelled: unknown, and no SG101 on its dead-looking entries
-    "glm-4.5-air-fp8": {"SG205"},
-    "glm-4.5-air-fp8-mtp-bf16-not-excluded": {"SG205"},
-    "gpt-oss-20b": {"SG205"},  # SGLang's gpt-oss (mxfp4) is not modelled
+    # compressed-tensors FP8 (recorded: plans/sglang-0.5.23/compressed_tensors.json): the GLM NextN
+    # draft keeps the quant config, its BF16 graft is built FP8 (SG203); as published it loads as stored
+    "glm-4.5-air-fp8": set(),
+    "glm-4.5-air-fp8-mtp-bf16-not-excluded": {"SG203"},
+    # the exclusion written for vLLM's prefixes (re:model.layers.46.*) matches no model.decoder.* name
+    "glm-4.5-air-fp8-mtp-bf16-excluded": {"SG101", "SG203"},
+    "gpt-oss-20b": set(),  # Mxfp4Config, experts only (recorded: gpt_oss.json): loads as stored
     # ERNIE / Qwen3-Next drafts found by vLLM's plan under SGLang too: no SG301/SG302 false alarm
     "ernie-4.5-21b-a3b": {"SG205"},
     "qwen3-next-fp8": {"SG205"},
@@ -131,10 +134,12 @@ def test_route_all_on_qwen3_5_shows_the_engines_differ(copies: dict[str, Path], 
     assert "the engines differ on 3 module(s)" in capsys.readouterr().out
 
 
-def test_qwen3_5_compressed_tensors_copy_is_unknown_under_sglang() -> None:
+def test_qwen3_5_compressed_tensors_copy_under_sglang() -> None:
     """The published Qwen3.6 compressed-tensors config (tests/data/published/qwen3_5_dense_ct_mtpfile):
-    SGLang's compressed-tensors stack is not restated here (another helper's part of issue 27), so every
-    quantizable drafter module is unknown with that reason, never ok."""
+    SGLang's compressed-tensors matching (engines/sglang/patterns.py ``ct_*``, checked against SGLang's
+    own on Q0-CT/Q4-FC in test_sglang_oss_ct.py) picks the ``group_mtp`` regex target (names and
+    ``re:`` before class names) for the drafter's projections: INT4 g32, as stored; ``fc`` is a plain
+    ``nn.Linear`` (qwen3_5_mtp.py)."""
     import json
 
     from specguard.engines.sglang.v0_5_23 import Sglang0523
@@ -145,4 +150,6 @@ def test_qwen3_5_compressed_tensors_copy_is_unknown_under_sglang() -> None:
     assert model.layout.family == "qwen3_5"
     for prefix, kind in (("mtp.layers.0.self_attn.qkv_proj", r.LINEAR), ("mtp.layers.0.mlp.gate_up_proj", r.LINEAR)):
         built = model.builds(prefix, kind=kind)
-        assert built.scheme.format == "unknown" and "compressed-tensors" in built.reason, built
+        assert (built.scheme.format, built.scheme.group_size) == ("int4_group", 32), built
+        assert "re:.*mtp\\..*proj$" in built.reason
+    assert not model.builds("mtp.fc", kind=r.LINEAR).scheme.quantized

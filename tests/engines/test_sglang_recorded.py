@@ -13,7 +13,8 @@ from tests.engines import overlays
 
 PLANS = overlays.ROOT / "src/specguard/plans/sglang-0.5.23"
 COMMITTED = PLANS / "deepseek_v4.json"
-FILES = ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json", "eagle.json")
+FILES = ("deepseek_v4.json", "glm4_moe.json", "qwen3_5.json", "eagle.json", "gpt_oss.json",
+         "compressed_tensors.json")
 
 
 def test_sglang_decisions_match_the_installed_engine(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from specguard.layouts.sglang import (
     SglangDeepseekV4Layout,
     SglangEagle3Layout,
     SglangGlm4MoeLayout,
+    SglangGptOssLayout,
     SglangQwen3_5Layout,
 )
 
@@ -132,6 +133,8 @@ def layout_for(
         )
     if model_type in GLM4_MOE_TYPES and engine == SGLANG:
         return SglangGlm4MoeLayout(n, nextn)
+    if model_type == "gpt_oss" and engine == SGLANG:
+        return SglangGptOssLayout(n, nextn, kind or r.MTP, engine=engine, plan=plan)
     if model_type in SGLANG_QWEN3_5_TYPES and engine == SGLANG:
         return SglangQwen3_5Layout(n, nextn)
     if model_type in QWEN3_5_TYPES:

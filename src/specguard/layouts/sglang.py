@@ -204,6 +204,24 @@ class SglangGlm4MoeLayout(GenericLayout):
         return self._placement(module, role, f.kind, f"model.decoder.{f.prefix}")
 
 
+class SglangGptOssLayout(GenericLayout):
+    """gpt-oss (``GptOssForCausalLM``, HF names) as SGLang 0.5.23 builds it (models/gpt_oss.py).
+
+    The runtime prefixes are the HF checkpoint's, fused as vLLM fuses them:
+    ``model.layers.{i}.self_attn.qkv_proj`` (``GptOssAttention``: ``QKVParallelLinear``, loaded
+    from ``q_proj``/``k_proj``/``v_proj`` through ``stacked_params_mapping``), ``self_attn.o_proj``,
+    ``self_attn.sinks`` (a bare parameter), ``mlp.experts`` (``GptOssSparseMoeBlock``:
+    ``get_moe_impl_class`` -> ``FusedMoE``; ``gate_up_proj_blocks``/``_scales``/``_bias`` and
+    ``down_proj_*`` load into ``w13_*``/``w2_*`` under ``mxfp4``, ``_load_mxfp4_experts_weights``),
+    ``mlp.router`` (a ``TinyGemmLinear`` whose quant prefix is ``mlp.gate`` but which is built
+    with ``quant_config=None``, so the prefix is never matched), the norms, ``model.embed_tokens``
+    and ``lm_head``. gpt-oss has no NextN/MTP layer of its own; an EAGLE-3 drafter is a separate
+    checkpoint (its own Resolver), the target only captures hidden states
+    (``set_eagle3_layers_to_capture``)."""
+
+    family = "gpt_oss"
+
+
 class SglangQwen3_5Layout(Qwen3_5Layout):
     """Qwen3.5 / 3.6 / 3.8 (dense and MoE) with its MTP draft, as SGLang 0.5.23 builds it.
 

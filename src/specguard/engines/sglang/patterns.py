@@ -98,3 +98,67 @@ def modelopt_excludes(config: Mapping, nested: bool) -> list[str]:
         return [str(x) for x in section.get("exclude_modules") or []]
     raw = config.get("ignore", config.get("modules_to_not_convert", config.get("exclude_modules", [])))
     return [str(x) for x in raw or []]
+
+
+# -- compressed-tensors (layers/quantization/compressed_tensors/) ---------------------------
+
+# compressed_tensors.py ``_add_fused_moe_to_target_scheme_map``: a ``Linear`` target also
+# stands for the MoE layer classes, appended after the config's own targets
+CT_MOE_CLASSES = ("FusedMoE", "DeepEPMoE")
+# compressed_tensors.py ``get_moe_scheme``: a routed-experts layer is looked up by the names of
+# expert 0's projections below its prefix, in this order
+CT_MOE_SHARDS = (".0.gate_proj", ".0.up_proj", ".0.down_proj")
+
+
+def ct_equal_or_regex(value: str, target: str, check_contains: bool = False) -> bool:
+    """utils.py ``_is_equal_or_regex_match``: ``re:`` + ``re.match`` (anchored at the start
+    only), else equal, else (class names) the target contained in the value, any case."""
+    if target.startswith("re:"):
+        return re.match(target[3:], value) is not None
+    if check_contains:
+        return target.lower() in value.lower()
+    return target == value
+
+
+def ct_check_equal_or_regex(name: str, targets: Iterable[str]) -> bool:
+    """utils.py ``check_equal_or_regex_match`` (the ``ignore`` list): a ``re:`` entry by
+    ``re.match``; a plain one equal to the name or to a dotted suffix of it
+    (``self_attn.o_proj`` matches ``model.layers.0.self_attn.o_proj``), never a prefix of it."""
+    return any(ct_equal_or_regex(name, t) if t.startswith("re:") else (t == name or name.endswith("." + t))
+               for t in targets)
+
+
+def ct_should_ignore(name: str, ignore: Sequence[str], fused: Mapping[str, Sequence[str]] = {}) -> bool:
+    """utils.py ``should_ignore_layer``: a fused layer (by the config's ``packed_modules_mapping``)
+    is ignored when its shards are, all alike (else SGLang raises ValueError)."""
+    proj = name.split(".")[-1]
+    if proj in fused and name not in ignore:
+        hits = {ct_check_equal_or_regex(name.replace(proj, shard), ignore) for shard in fused[proj]}
+        if len(hits) > 1:
+            raise ShardsDisagree(f"Found different quantization schemes for {list(fused[proj])} in {name}")
+        return hits.pop()
+    return ct_check_equal_or_regex(name, ignore)
+
+
+def ct_targets(targets: Sequence[str]) -> list[str]:
+    """The target keys in the order SGLang holds them once a MoE layer was asked about."""
+    out = list(targets)
+    if "Linear" in out and "FusedMoE" not in out:
+        out += [c for c in CT_MOE_CLASSES if c not in out]
+    return out
+
+
+def ct_find_target(name: str, class_name: str, targets: Sequence[str],
+                   fused: Mapping[str, Sequence[str]] = {}) -> str | None:
+    """utils.py ``find_matched_target``: the first target equal to (or ``re:``-matching) the
+    layer name, else the first contained in the layer's class name, else a fused layer whose
+    every shard matches (None: SGLang raises "Unable to find matching target")."""
+    hit = (next((t for t in targets if ct_equal_or_regex(name, t)), None)
+           or next((t for t in targets if ct_equal_or_regex(class_name, t, check_contains=True)), None))
+    if hit is not None:
+        return hit
+    key = next((k for k in fused if name.endswith(k)), None)
+    if key is None:
+        return None
+    shards = [next((t for t in targets if ct_equal_or_regex(name.replace(key, sh), t)), None) for sh in fused[key]]
+    return shards[0] if all(shards) else None

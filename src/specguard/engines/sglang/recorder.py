@@ -15,7 +15,8 @@ in docs/engines.md ("SGLang 0.5.23").
 
 Bent on CPU, and only these: torchvision's CUDA-linked ``_C`` cannot load beside
 CPU torch, so the two op schemas its Python side registers fakes for are defined
-first; ``.venv``'s vLLM is hidden (``sys.modules["vllm"] = None``) so SGLang takes the
+first; the ``mxfp4`` registry entry SGLang adds only where torch sees CUDA is added
+(``_register_cuda_methods``); ``.venv``'s vLLM is hidden (``sys.modules["vllm"] = None``) so SGLang takes the
 paths it takes where vLLM is not installed.
 """
 
@@ -47,7 +48,7 @@ def _cpu_prelude() -> None:
     sys.modules["vllm"] = None  # type: ignore[assignment]
 
 
-def _prefix_facts(qc: Any, prefix: str) -> dict[str, bool | str]:
+def _prefix_facts(qc: Any, prefix: str) -> dict[str, bool | str | None]:
     """What ``qc``'s own matching code answers for one SGLang runtime prefix: Fp8Config's
     ``is_layer_skipped`` over its ``ignored_layers``, the ModelOpt NVFP4 config's
     ``is_layer_excluded`` and ``is_layer_skipped`` over its ``exclude_modules`` ("raises": the
@@ -64,13 +65,77 @@ def _prefix_facts(qc: Any, prefix: str) -> dict[str, bool | str]:
         calls["nvfp4_excluded"] = lambda: nvfp4.is_layer_excluded(prefix)
         calls["nvfp4_skipped"] = lambda: is_layer_skipped(prefix, nvfp4.exclude_modules or [],
                                                           nvfp4.packed_modules_mapping or {})
-    out: dict[str, bool | str] = {}
+    out: dict[str, bool | str | None] = {}
     for key, call in calls.items():
         try:
             out[key] = bool(call())
         except ValueError:
             out[key] = "raises"
+    if hasattr(qc, "target_scheme_map"):
+        out.update(_ct_prefix_facts(qc, prefix))
+    elif type(qc).__name__ == "Mxfp4Config":
+        out["mxfp4_linear"] = _mxfp4_linear_method(qc, prefix)
     return out
+
+
+def ct_scheme_name(scheme: Any) -> str | None:
+    """One config group's scheme as a short string (None: no scheme, the layer unquantized)."""
+    if not scheme or scheme.get("weights") is None:
+        return None
+    w, a = scheme["weights"], scheme.get("input_activations")
+    block = "x".join(map(str, w.block_structure)) if w.block_structure else None
+    kind, strategy = getattr(w.type, "value", w.type), getattr(w.strategy, "value", w.strategy)
+    return "-".join(str(x) for x in (f"w{w.num_bits}{kind}", strategy, w.group_size and f"g{w.group_size}",
+                                       block and f"b{block}", f"a{a.num_bits}" if a is not None else "a16") if x)
+
+
+def _ct_prefix_facts(qc: Any, prefix: str) -> dict[str, bool | str | None]:
+    """compressed-tensors: what its own ``should_ignore_layer`` and ``get_scheme_dict`` (ignore,
+    then ``find_matched_target``: names, ``re:``, class names) give for one SGLang prefix, asked
+    with the class SGLang builds there (instances made without ``__init__``: only the class name is
+    read): ``FusedMoE`` for routed experts, by expert 0's projections as ``get_moe_scheme`` asks;
+    ``ParallelLMHead`` for a head (``get_lm_head_scheme``: names only); a ``LinearBase`` class
+    (``ReplicatedLinear``; every one's name ends in ``Linear``) for the rest."""
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
+    from sglang.srt.layers.quantization.compressed_tensors.utils import (
+        check_equal_or_regex_match,
+        should_ignore_layer,
+    )
+
+    def scheme(layer: Any, name: str) -> str | None:
+        try:
+            return ct_scheme_name(qc.get_scheme_dict(layer, name))
+        except ValueError as exc:
+            return f"raises: {str(exc)[:40]}"
+
+    fused = qc.packed_modules_mapping
+    if prefix.endswith(".experts"):
+        qc._add_fused_moe_to_target_scheme_map()  # as get_moe_scheme does first
+        layer = FusedMoE.__new__(FusedMoE)
+        names = [prefix + shard for shard in (".0.gate_proj", ".0.up_proj", ".0.down_proj")]
+        schemes = {scheme(layer, n) for n in names}
+        return {"ct_ignored": should_ignore_layer(names[0], qc.ignore, fused),
+                "ct_scheme": schemes.pop() if len(schemes) == 1 else "raises: projections differ",
+                "ct_mxfp4_moe": bool(qc._is_mxfp4_moe(prefix))}
+    try:
+        ignored: bool | str = bool(should_ignore_layer(prefix, qc.ignore, fused))
+    except ValueError:
+        ignored = "raises"
+    if prefix.endswith(("lm_head", "shared_head.head")):
+        hit = next((t for t in qc.target_scheme_map if check_equal_or_regex_match(prefix, [t])), None)
+        head = None if ignored is True or hit is None else ct_scheme_name(qc.target_scheme_map[hit])
+        return {"ct_ignored": ignored, "ct_scheme": head}
+    return {"ct_ignored": ignored, "ct_scheme": scheme(ReplicatedLinear.__new__(ReplicatedLinear), prefix)}
+
+
+def _mxfp4_linear_method(qc: Any, prefix: str) -> str | None:
+    """Mxfp4Config.get_quant_method for a linear layer at ``prefix`` (its ``ignored_layers`` skip,
+    else None on CUDA): the method's class name."""
+    from sglang.srt.layers.linear import ReplicatedLinear
+
+    method = qc.get_quant_method(ReplicatedLinear.__new__(ReplicatedLinear), prefix)
+    return None if method is None else type(method).__name__
 
 
 def _quant_facts(qc: Any, prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -82,12 +147,14 @@ def _quant_facts(qc: Any, prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
 
     cls = type(qc)
     facts: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}", "name": qc.get_name()}
-    for attr in ("is_fp4_experts", "is_dsv4_fp4_experts", "ignored_layers"):
+    for attr in ("is_fp4_experts", "is_dsv4_fp4_experts", "ignored_layers", "is_checkpoint_mxfp4_serialized", "ignore"):
         if hasattr(qc, attr):
             value = getattr(qc, attr)
             facts[attr] = list(value) if isinstance(value, (list, tuple)) else value
     fp8 = getattr(qc, "fp8_config", qc)
     nvfp4 = getattr(qc, "nvfp4_config", qc if hasattr(qc, "is_layer_excluded") else None)
+    if hasattr(qc, "target_scheme_map"):  # compressed-tensors: each config group's targets and scheme
+        facts["ct_targets"] = {t: ct_scheme_name(v) for t, v in qc.target_scheme_map.items()}
     if nvfp4 is not None:
         facts["nvfp4_exclude_modules"] = list(nvfp4.exclude_modules)
     per_prefix: dict[str, dict[str, bool]] = {}
@@ -165,6 +232,17 @@ def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str
     return out
 
 
+def _register_cuda_methods() -> None:
+    """``mxfp4`` -> ``Mxfp4Config``, as layers/quantization/__init__.py registers it when
+    ``is_cuda()`` (``torch.cuda.is_available()``, read once at import, not through
+    ``override_platform``): on this CPU the registry lacks it and ModelConfig refuses
+    ``Unknown quantization method: mxfp4``. The one registry entry an SM100 machine has."""
+    import sglang.srt.layers.quantization as registry
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+    registry.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+
+
 def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]]) -> dict[str, Any]:
     """Every case, in one SGLang process (one engine start per version)."""
     _cpu_prelude()
@@ -175,6 +253,7 @@ def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]]) -> di
     result: dict[str, Any] = {"schema": SCHEMA, "engine": ENGINE, "sglang": version("sglang"),
                               "platform": {k: list(v) if isinstance(v, tuple) else v for k, v in PLATFORM.items()},
                               "cases": {}}
+    _register_cuda_methods()
     with override_platform(**PLATFORM):
         for name, (path, algorithm, prefixes) in cases.items():
             result["cases"][name] = record_case(path, algorithm, prefixes)

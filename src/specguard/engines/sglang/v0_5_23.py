@@ -38,6 +38,10 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
   ``nn.Module`` with its own F32 parameter.
 
+- gpt-oss (models/gpt_oss.py): only the experts get the quant config; layers/quantization/mxfp4.py
+  ``Mxfp4Config`` (``ignored_layers`` never read from the config) builds them Mxfp4MoEMethod.
+- compressed-tensors (layers/quantization/compressed_tensors/): ``ignore`` and ``targets`` matched
+  on SGLang's prefixes (patterns.py ``ct_*``), a routed-experts layer by expert 0's projections.
 - Qwen3.5 MTP (models/qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``): ``_mtp_quant_config`` keeps
   ``Fp8Config`` and drops a serialized ``modelopt_fp4`` config (recorded in qwen3_5.json); ``fc`` is a
   plain ``nn.Linear``; qwen2_moe.py ``shared_expert_gate`` a ``torch.nn.Linear`` on CUDA; qwen3_5.py
@@ -45,7 +49,9 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
 
 Families modelled: DeepSeek-V4 (NextN and DSpark), DeepSeek-V3 NextN, GLM-4-MoE NextN and Qwen3.5 MTP,
 under no quantization, ``fp8`` (Fp8Config, HybridFp8NvFp4Config) and ModelOpt NVFP4
-(ModelOptFp4Config). Anything else routes ``unknown`` (no recorded SGLang fact), never ok.
+(ModelOptFp4Config); compressed-tensors for DeepSeek-V4, GLM-4-MoE and Qwen3.5; gpt-oss unquantized or
+under ``mxfp4`` (plans/sglang-0.5.23/gpt_oss.json, compressed_tensors.json). Anything else
+routes ``unknown`` (no recorded SGLang fact), never ok.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specguard.declared.compressed_tensors import weights_scheme
 from specguard.engines import NOT_MODELLED, EngineChoice, Refusal
 from specguard.engines.sglang import patterns as p
 from specguard.formats import scheme as s
@@ -74,17 +81,22 @@ from specguard.layouts.registry import (
 from specguard.layouts.sglang import EAGLE3_ARCHS, SglangEagle3Layout, SglangQwen3_5Layout
 
 ENGINE = "SGLang 0.5.23"
+GPT_OSS_TYPE = "gpt_oss"
 PLAN_ENGINE = "sglang-0.5.23"
 _QC = "sglang.srt.layers.quantization"
 FP8_CLASS, HYBRID_CLASS = f"{_QC}.fp8.Fp8Config", f"{_QC}.modelopt_quant.HybridFp8NvFp4Config"
 MODELOPT_FP4_CLASS = f"{_QC}.modelopt_quant.ModelOptFp4Config"
+MXFP4_CLASS = f"{_QC}.mxfp4.Mxfp4Config"
+CT_CLASS = f"{_QC}.compressed_tensors.compressed_tensors.CompressedTensorsConfig"
+GPT_OSS_MXFP4 = Scheme(s.MXFP4, s.GPT_OSS, group_size=32, scale_dtype="U8", weight_dtype="U8")
 NVFP4 = Scheme(s.NVFP4, s.MODELOPT, group_size=16, scale_dtype="F8_E4M3", weight_dtype="U8")
 MXFP4 = Scheme(s.MXFP4, s.DEEPSEEK, group_size=32, scale_dtype="F8_E8M0")
 # model_loader/weight_utils.py ``_ROUTED_EXPERT_KEY_RE``
 _ROUTED_EXPERT_KEY = re.compile(r"\.experts\.\d+\.(?:w[123]|down_proj|up_proj|gate_proj)\.weight$")
 # QuantizationConfig.get_name() of each class: a --speculative-draft-model-quantization naming the
 # checkpoint's own method builds the same class
-_NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4"}
+_NAMES = {FP8_CLASS: "fp8", HYBRID_CLASS: "fp8", MODELOPT_FP4_CLASS: "modelopt_fp4", MXFP4_CLASS: "mxfp4",
+          CT_CLASS: "compressed-tensors"}
 _NO_QUANT_CONFIG = (".mlp.gate", ".self_attn.compressor")  # MoEGate; compressor (expert_pack only)
 # Qwen3.5 (qwen3_5.py ``Qwen3_5ForCausalLM.packed_modules_mapping``, which the loader hands the
 # quant config): a fused layer is skipped when every shard is listed (utils.py is_layer_skipped)
@@ -154,6 +166,10 @@ class Sglang0523:
             return HYBRID_CLASS if hybrid else FP8_CLASS
         if (method in ("modelopt", "") or self.nested) and "NVFP4" in algo:
             return MODELOPT_FP4_CLASS
+        if method == "mxfp4":
+            return MXFP4_CLASS
+        if method in ("compressed-tensors", "compressed_tensors"):
+            return CT_CLASS
         return f"?{method or algo or 'unknown'}"
 
     def _fp4_experts(self, dtypes: Mapping[str, str] | None) -> bool:
@@ -178,11 +194,25 @@ class Sglang0523:
             if self.quant_class is not None and self.quant_class.startswith("?"):
                 return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
             return None
-        if self.model_type not in DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES:
+        if self.model_type not in (DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES
+                                   | {GPT_OSS_TYPE}):
             # the text predates Qwen3.5 (kept so every other family's output stays as it was)
             return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
+        return self._unmodelled_pair(arch)
+
+    def _unmodelled_pair(self, arch: str) -> str | None:
+        """Architecture x quant stack pairs with no recorded SGLang fact (docs/engines.md)."""
+        gpt_oss = self.model_type == GPT_OSS_TYPE
+        if gpt_oss and self.quant_class not in (None, MXFP4_CLASS):
+            return (f"{ENGINE}'s gpt-oss under {self.quant_class.rsplit('.', 1)[-1]} is not modelled "
+                    "(docs/engines.md: gpt-oss under mxfp4 or unquantized only)")
+        if self.quant_class == MXFP4_CLASS and not gpt_oss:
+            return f"{ENGINE}'s Mxfp4Config for {arch} is not modelled (docs/engines.md: gpt-oss only)"
+        if self.quant_class == CT_CLASS and self.model_type not in _CT_RECORDED:
+            return (f"{ENGINE}'s compressed-tensors for {arch} is not recorded (docs/engines.md: DeepSeek-V4, "
+                    "GLM-4-MoE, Qwen3.5)")
         return None
 
     @property
@@ -241,6 +271,11 @@ class Sglang0523:
             return True
         if prefix.startswith(("confidence_head.", "markov_head.")):
             return True  # dspark.py DSparkConfidenceHead.proj, DSparkMarkovHead: plain nn.Linear/nn.Embedding
+        if self.layout.family == "gpt_oss":
+            # gpt_oss.py: GptOssAttention gets no quant_config (GptOssDecoderLayer does not pass it), the
+            # router is a TinyGemmLinear(quant_config=None), lm_head's quant_config is commented out, the
+            # embedding takes none: only the experts (GptOssSparseMoeBlock) see the quant config
+            return kind != r.ROUTED_EXPERTS
         if self.layout.family == "glm4_moe":
             return prefix == "model.eh_proj"  # glm4_moe_nextn.py: a plain nn.Linear
         if self.layout.family == SglangEagle3Layout.family:
@@ -277,6 +312,10 @@ class Sglang0523:
         if cls is None:
             return self._plain(None, _unquantized(kind), "no quant config" + (self._no_draft_quant() if draft else ""))
         try:
+            if cls == MXFP4_CLASS:
+                return self._mxfp4(runtime_prefix, kind, cls)
+            if cls == CT_CLASS:
+                return self._compressed_tensors(runtime_prefix, kind, cls)
             if cls == MODELOPT_FP4_CLASS:
                 return self._modelopt(runtime_prefix, kind, cls)
             return self._fp8(runtime_prefix, kind, cls)
@@ -299,10 +338,10 @@ class Sglang0523:
             return p.modelopt_excludes(self.quant, self.nested)
         return None
 
-    def matching(self, prefix: str) -> dict[str, bool | str]:
+    def matching(self, prefix: str) -> dict[str, bool | str | None]:
         """What SGLang's matching answers for ``prefix``, keyed as the recorder records it
         (engines/sglang/recorder.py ``_prefix_facts``)."""
-        out: dict[str, bool | str] = {}
+        out: dict[str, bool | str | None] = {}
         calls = {}
         if self.quant_class in (FP8_CLASS, HYBRID_CLASS):
             calls["fp8_skipped"] = lambda: p.is_layer_skipped(prefix, self.fp8_ignored(), self.packed())
@@ -315,6 +354,10 @@ class Sglang0523:
                 out[key] = call()
             except p.ShardsDisagree:
                 out[key] = "raises"
+        if self.quant_class == CT_CLASS:
+            out.update(self._ct_matching(prefix))
+        elif self.quant_class == MXFP4_CLASS:
+            out["mxfp4_linear"] = None  # Mxfp4Config.from_config sets no ignored_layers: None on CUDA
         return out
 
     def packed(self) -> Mapping[str, Sequence[str]]:
@@ -408,6 +451,172 @@ class Sglang0523:
             return self._plain(cls, "UnquantizedLinearMethod", f"modelopt_quant.py is_layer_excluded: {exclude}")
         return EngineChoice(NVFP4, "ModelOptFp4LinearMethod", f"ModelOptFp4Config: {prefix} matches no "
                             f"exclusion {exclude}", cls)
+
+
+    # -- gpt-oss: Mxfp4Config (layers/quantization/mxfp4.py) --------------------------------
+
+    def _mxfp4(self, prefix: str, kind: str, cls: str) -> EngineChoice:
+        """Mxfp4Config.get_quant_method: a FusedMoE gets Mxfp4MoEMethod (``is_checkpoint_mxfp4_serialized``:
+        ``"mxfp4" in quant_method``, true whenever this class is chosen); ``ignored_layers`` is never
+        set (``from_config`` does not read ``modules_to_not_convert``), so a linear gets None. gpt-oss
+        hands the config to its experts only (``built_without_quant_config``)."""
+        if kind == r.ROUTED_EXPERTS:
+            return EngineChoice(GPT_OSS_MXFP4, "Mxfp4MoEMethod", "mxfp4.py Mxfp4Config: FusedMoE, checkpoint "
+                                "mxfp4-serialized (gpt_oss.py _load_mxfp4_experts_weights reads *_blocks/*_scales)",
+                                cls)
+        why = f"{ENGINE}'s Mxfp4Config for a {kind} layer outside gpt-oss is not modelled"
+        return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
+
+    # -- compressed-tensors (layers/quantization/compressed_tensors/compressed_tensors.py) ----
+
+    def _ct_groups(self) -> dict[str, Mapping[str, Any]]:
+        """``target_scheme_map``: target -> its config group, in config order (a target a later group
+        names again takes that group's scheme at its first position, as a dict assignment does)."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for group in (self.quant.get("config_groups") or {}).values():
+            if isinstance(group, Mapping):
+                for target in group.get("targets") or ():
+                    out[str(target)] = group
+        return out
+
+    def _ct_ignore(self) -> list[str]:
+        return [str(x) for x in self.quant.get("ignore") or []]
+
+    def _ct_fused(self) -> Mapping[str, Sequence[str]]:
+        """``packed_modules_mapping``: the model class's, which model_loader/weight_utils.py
+        ``get_quant_config`` writes over the config's; none for the DeepSeek-V4 and GLM-4-MoE
+        classes (recorded)."""
+        return self.packed()
+
+    def _ct_scheme_dict(self, name: str, class_name: str) -> Mapping[str, Any] | None:
+        """``get_scheme_dict``: None when ignored, else the matched target's group (ValueError from
+        SGLang, raised here as ShardsDisagree/LookupError, where it finds none)."""
+        if p.ct_should_ignore(name, self._ct_ignore(), self._ct_fused()):
+            return None
+        groups = self._ct_groups()
+        targets = p.ct_targets(list(groups)) if class_name in p.CT_MOE_CLASSES else list(groups)
+        target = p.ct_find_target(name, class_name, targets, self._ct_fused())
+        if target is None:
+            raise LookupError(f"Unable to find matching target for {name} in the compressed-tensors config")
+        return groups.get(target) or groups["Linear"]  # FusedMoE/DeepEPMoE stand for Linear's group
+
+    def _ct_matching(self, prefix: str) -> dict[str, bool | str | None]:
+        """What the recorder asks SGLang's compressed-tensors functions (recorder.py ``_ct_prefix_facts``)."""
+        def scheme(name: str, class_name: str) -> str | None:
+            try:
+                return _ct_scheme_name(self._ct_scheme_dict(name, class_name))
+            except (LookupError, p.ShardsDisagree) as exc:
+                return f"raises: {str(exc)[:40]}"
+
+        fused = self._ct_fused()
+        if prefix.endswith(".experts"):
+            names = [prefix + shard for shard in p.CT_MOE_SHARDS]
+            schemes = {scheme(n, "FusedMoE") for n in names}
+            return {"ct_ignored": p.ct_should_ignore(names[0], self._ct_ignore(), fused),
+                    "ct_scheme": schemes.pop() if len(schemes) == 1 else "raises: projections differ",
+                    "ct_mxfp4_moe": self._ct_mxfp4_moe()}
+        try:
+            ignored: bool | str = p.ct_should_ignore(prefix, self._ct_ignore(), fused)
+        except p.ShardsDisagree:
+            ignored = "raises"
+        if prefix.endswith(("lm_head", "shared_head.head")):
+            groups = self._ct_groups()
+            hit = next((t for t in groups if p.ct_check_equal_or_regex(prefix, [t])), None)
+            head = None if ignored is True or hit is None else _ct_scheme_name(groups[hit])
+            return {"ct_ignored": ignored, "ct_scheme": head}
+        return {"ct_ignored": ignored, "ct_scheme": scheme(prefix, "ReplicatedLinear")}
+
+    def _ct_mxfp4_moe(self) -> bool:
+        """``_is_mxfp4_moe``: ``mxfp4`` in the top-level format, or the Linear/FusedMoE group's
+        weights are FP4 float, group 32, symmetric."""
+        if "mxfp4" in str(self.quant.get("format") or ""):
+            return True
+        groups = self._ct_groups()
+        for key in ("FusedMoE", "Linear"):
+            w = (groups.get(key) or {}).get("weights") or {}
+            if (w.get("num_bits") == 4 and str(w.get("type")).lower() == "float"
+                    and str(w.get("strategy")).lower() == "group" and w.get("group_size") == 32
+                    and w.get("symmetric", True)):
+                return True
+        return False
+
+    def _compressed_tensors(self, prefix: str, kind: str, cls: str) -> EngineChoice:
+        if kind == r.EMBEDDING_KIND:
+            return self._plain(cls, "None", "compressed_tensors.py get_quant_method: no method for embeddings")
+        if self.model_type in DEEPSEEK_V4_TYPES and prefix.endswith(".self_attn.wo_a"):
+            return self._plain(cls, "UnquantizedLinearMethod", "deepseek_v4.py: wo_a takes the quant config only "
+                               "under an Fp8Config with 128x128 blocks (wo_a_fp8_gemm_enabled); its loader "
+                               "dequantizes a .wo_a.scale pair, passing any other wo_a weight through as stored")
+        try:
+            if kind == r.ROUTED_EXPERTS:
+                return self._ct_experts(prefix, cls)
+            if kind == r.HEAD_KIND:
+                facts = self._ct_matching(prefix)
+                if facts["ct_scheme"] is None:
+                    return self._plain(cls, "None", "compressed_tensors.py get_lm_head_scheme: no target names "
+                                       "the head (module-class targets are not consulted)")
+                head = next(g for t, g in self._ct_groups().items() if p.ct_check_equal_or_regex(prefix, [t]))
+                return self._ct_choice(head, "CompressedTensorsLinearMethod", prefix, cls, moe=False)
+            group = self._ct_scheme_dict(prefix, "ReplicatedLinear")
+        except (LookupError, p.ShardsDisagree) as exc:
+            why = f"compressed_tensors.py raises at start-up: {exc}"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
+        if group is None:
+            return self._plain(cls, "UnquantizedLinearMethod", f"compressed_tensors.py should_ignore_layer: "
+                               f"{prefix} matches the ignore list")
+        return self._ct_choice(group, "CompressedTensorsLinearMethod", prefix, cls, moe=False)
+
+    def _ct_experts(self, prefix: str, cls: str) -> EngineChoice:
+        if self._ct_mxfp4_moe():
+            return EngineChoice(Scheme(s.MXFP4, s.COMPRESSED_TENSORS, group_size=32, scale_dtype="U8",
+                                       weight_dtype="U8"), "Mxfp4MoEMethod",
+                                "compressed_tensors.py _is_mxfp4_moe (checked before the ignore list)", cls)
+        groups = [self._ct_scheme_dict(prefix + shard, "FusedMoE") for shard in p.CT_MOE_SHARDS]
+        if any(g != groups[0] for g in groups):
+            raise p.ShardsDisagree("All MoE projections need to have same quantization scheme but found multiple")
+        if groups[0] is None:
+            return self._plain(cls, "UnquantizedFusedMoEMethod", f"compressed_tensors.py get_moe_scheme: "
+                               f"{prefix}.0.gate_proj matches the ignore list")
+        return self._ct_choice(groups[0], "CompressedTensorsFusedMoEMethod", prefix, cls, moe=True)
+
+    def _ct_choice(self, group: Mapping[str, Any], method: str, prefix: str, cls: str, *, moe: bool) -> EngineChoice:
+        """The scheme a matched config group builds, where SGLang has one for it (compressed_tensors.py
+        ``_get_scheme_from_parts`` / ``get_moe_scheme``); any other: unknown."""
+        weights, acts = group.get("weights"), group.get("input_activations")
+        fmt = group.get("format") or self.quant.get("format")
+        scheme = weights_scheme(weights if isinstance(weights, dict) else None, str(fmt) if fmt else None)
+        supported = {s.NVFP4, s.FP8_BLOCK, s.FP8_CHANNEL, s.FP8_TENSOR, s.INT4_GROUP}
+        if scheme.format.startswith("fp8") and not acts and (moe or scheme.format == s.FP8_BLOCK):
+            supported = set()  # get_moe_scheme "Unsupported FusedMoe scheme"; _is_fp8_w8a16: tensor/channel
+        if scheme.format == s.INT4_GROUP and fmt != "pack-quantized":
+            supported = set()  # _get_scheme_from_parts: "CompressedTensorsW4A16Sparse24 is not supported now"
+        if not moe and scheme.format != s.INT4_GROUP and fmt not in _CT_ACT_FORMATS:
+            supported = set()  # is_activation_quantization_format false: "No compressed-tensors compatible scheme"
+        if scheme.format not in supported:
+            why = f"{ENGINE}'s compressed-tensors {scheme.format} {'MoE ' if moe else ''}scheme is not modelled"
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), NOT_MODELLED, why, cls)
+        targets = ", ".join(str(t) for t in group.get("targets") or ())
+        n = len(self._ct_ignore())
+        return EngineChoice(scheme, method, f"compressed_tensors.py: {prefix} matches target(s) {targets} and "
+                            f"none of the {n} ignore entries", cls)
+
+
+# families whose compressed-tensors cases are recorded (plans/sglang-0.5.23/compressed_tensors.json)
+_CT_RECORDED = DEEPSEEK_V4_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES
+# compressed_tensors/utils.py ``is_activation_quantization_format``
+_CT_ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized", "pack-quantized")
+
+
+def _ct_scheme_name(group: Mapping[str, Any] | None) -> str | None:
+    """recorder.py ``ct_scheme_name`` over the config group's JSON."""
+    w = (group or {}).get("weights")
+    if not isinstance(w, Mapping):
+        return None
+    a = group.get("input_activations") if group else None
+    block = "x".join(map(str, w["block_structure"])) if w.get("block_structure") else None
+    parts = (f"w{w.get('num_bits')}{w.get('type')}", w.get("strategy"), w.get("group_size") and f"g{w['group_size']}",
+             block and f"b{block}", f"a{a.get('num_bits')}" if isinstance(a, Mapping) else "a16")
+    return "-".join(str(x) for x in parts if x)
 
 
 # DeepSeek-V4.1-only modules (deepseek_v4.py with ``is_dsv41``): the engram block (layers/engram.py

@@ -56,7 +56,10 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
         by = list(resolvers) or [resolver] * len(prefixes)
         overlay.add_entries("ignored_layers", _exact(prefixes, by), why, prefixes, applicability)
     elif stack == "compressed-tensors":
-        overlay.add_entries("ignore", _grouped(resolver, prefixes, CT_MATCH), why, prefixes, applicability)
+        entries = _grouped(resolver, prefixes, CT_MATCH)
+        if any(k.startswith("sglang") for k in engines):
+            entries = [_ct_experts_entry(resolver, e) for e in entries]
+        overlay.add_entries("ignore", entries, why, prefixes, applicability)
     elif stack == "modelopt":
         block, file, _ = overlay.quant_block()
         entries = _grouped(resolver, prefixes, MODELOPT_EXCLUDE)
@@ -81,6 +84,16 @@ def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
     else:
         raise Unrepairable(f"{overlay.checkpoint.name} [config.json]",
                            f"fix has no exclusion strategy for the {stack} stack yet ({', '.join(prefixes)})")
+
+
+def _ct_experts_entry(resolver: Resolver, entry: str) -> str:
+    """SGLang asks compressed-tensors' ``ignore`` about a routed-experts layer by expert 0's
+    projections (``get_moe_scheme``: ``{prefix}.0.gate_proj``), which an exact entry never matches
+    (``check_equal_or_regex_match``: equal or a dotted suffix): such a layer gets a ``re:`` entry
+    that ``re.match``-es both the layer (vLLM asks the layer's own prefix) and its experts."""
+    if entry.startswith("re:") or resolver.layout.module_kind(entry) != r.ROUTED_EXPERTS:
+        return entry
+    return f"re:{re.escape(entry)}(\\.|$)"
 
 
 def _read_exclude_modules(engines: Sequence[str]) -> bool:
