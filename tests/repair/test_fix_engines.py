@@ -198,3 +198,26 @@ def test_fix_all_repairs_s6_bf16_with_the_shard_names_sglang_matches(scenarios, 
     # lint prints the repair fix writes
     edits = _lint_edits(capsys, src, "sglang-0.5.23")
     assert any("model.decoder.mlp.shared_experts.up_proj" in json.dumps(e) for e in edits)
+
+
+def test_fix_extends_the_modules_to_not_convert_list_the_engines_read(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The published Qwen3.8 FP8 release lists its BF16 modules in ``modules_to_not_convert``;
+    Fp8Config reads ``ignored_layers`` first (vLLM: when filled; SGLang: when present), so a repair
+    that added ``ignored_layers`` beside it built the target's BF16 linears FP8 and was refused
+    ("still misrouted after the repair"). The repair extends the list the engines read, and names
+    each engine's spelling of the MTP's fused layers (SGLang: the shards')."""
+    from tests.lint.test_published_checkpoints import published
+
+    src = published.build("qwen3.8-2.4t-a95b-fp8-mtp-bf16-not-excluded", tmp_path / "q", 4)
+    before = json.loads((src / "config.json").read_text())["quantization_config"]["modules_to_not_convert"]
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 0
+    assert "verified: route" in capsys.readouterr().out
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "ignored_layers" not in qc
+    assert qc["modules_to_not_convert"][:len(before)] == before
+    listed = set(qc["modules_to_not_convert"])
+    assert {"mtp.fc", "mtp.layers.0.self_attn.qkv_proj", "mtp.layers.0.self_attn.q_proj"} <= listed
+    for engine in registry.keys():  # noqa: SIM118 (a function, not a dict)
+        assert _verdicts(out, engine) == {OK}, engine

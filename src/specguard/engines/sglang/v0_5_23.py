@@ -196,8 +196,8 @@ class Sglang0523:
             return None
         if self.model_type not in (DEEPSEEK_V4_TYPES | DEEPSEEK_V3_TYPES | GLM4_MOE_TYPES | SGLANG_QWEN3_5_TYPES
                                    | {GPT_OSS_TYPE}):
-            # the text predates Qwen3.5 (kept so every other family's output stays as it was)
-            return f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4, -V3, GLM-4-MoE only)"
+            return (f"no {ENGINE} fact is recorded for {arch} (docs/engines.md: DeepSeek-V4/V4.1, -V3, "
+                    "GLM-4-MoE, Qwen3.5, gpt-oss only)")
         if self.quant_class is not None and self.quant_class.startswith("?"):
             return f"{ENGINE}'s {self.quant_class[1:]} quant config is not modelled (docs/engines.md)"
         return self._unmodelled_pair(arch)

@@ -35,26 +35,31 @@ QUANTIZABLE = (r.LINEAR, r.ROUTED_EXPERTS, r.HEAD_KIND, r.EMBEDDING_KIND)
 
 def apply(plan: Plan, problems: list[Problem]) -> None:
     groups = by_module(p for p in problems if stored_plain_built_quantized(p))
-    per_overlay: dict[int, list[Problem]] = {}
+    per_overlay: dict[int, list[list[Problem]]] = {}
     for ps in groups.values():
-        per_overlay.setdefault(id(ps[0].overlay), []).append(ps[0])
-    for firsts in per_overlay.values():
-        p = firsts[0]
-        exclude(p.overlay, p.resolver, [q.route.prefix for q in firsts],
-                "stored unquantized", engines=plan.engines, resolvers=[q.resolver for q in firsts])
+        per_overlay.setdefault(id(ps[0].overlay), []).append(ps)
+    for modules in per_overlay.values():
+        p = modules[0][0]
+        # every engine that misroutes a module writes its own spelling (vLLM the fused name, SGLang its shards')
+        exclude(p.overlay, p.resolver, [ps[0].route.prefix for ps in modules], "stored unquantized",
+                engines=plan.engines, routed=[(q.route.prefix, q.resolver) for ps in modules for q in ps])
     settle(q for ps in groups.values() for q in ps)
 
 
 def exclude(overlay: Overlay, resolver: Resolver, prefixes: list[str], why: str,
             applicability: Applicability = Applicability.SAFE, engines: Sequence[str] = (),
-            resolvers: Sequence[Resolver] = ()) -> None:
+            routed: Sequence[tuple[str, Resolver]] = ()) -> None:
     """Add the entries that make vLLM build ``prefixes`` unquantized (under each of ``engines``).
-    ``resolvers``: the Resolver (so the engine) each prefix was routed by, where they differ
-    (``--engine all``); default: ``resolver`` for every prefix."""
+    ``routed``: each (runtime prefix, Resolver) a problem was routed by, so every engine that
+    misroutes a module gets its entries (``--engine all``); default: ``resolver`` for every prefix."""
     stack = resolver.declared_config.stack
     if stack in ("fp8", "deepseek_v4_fp8"):
-        by = list(resolvers) or [resolver] * len(prefixes)
-        overlay.add_entries("ignored_layers", _exact(prefixes, by), why, prefixes, applicability)
+        pairs = list(routed) or [(prefix, resolver) for prefix in prefixes]
+        key, carried = _fp8_list(overlay.quant_block()[0])
+        if carried:
+            why += f"; the config's {len(carried)} modules_to_not_convert entries carried into ignored_layers, " \
+                   "which vLLM and SGLang then read instead"
+        overlay.add_entries(key, list(dict.fromkeys([*carried, *_exact(pairs)])), why, prefixes, applicability)
     elif stack == "compressed-tensors":
         entries = _grouped(resolver, prefixes, CT_MATCH)
         if any(k.startswith("sglang") for k in engines):
@@ -96,12 +101,26 @@ def _ct_experts_entry(resolver: Resolver, entry: str) -> str:
     return f"re:{re.escape(entry)}(\\.|$)"
 
 
+def _fp8_list(block: dict) -> tuple[str, list[str]]:
+    """The list ``Fp8Config.from_config`` reads, and the entries to carry into it: vLLM reads
+    ``ignored_layers`` unless it is empty, then ``modules_to_not_convert``; SGLang reads the
+    first of the two keys present. Adding an ``ignored_layers`` beside a filled
+    ``modules_to_not_convert`` would hide every entry of the latter (a published Qwen3.5 FP8
+    release lists its BF16 modules there), so the fix extends the list the engines read."""
+    ignored, legacy = block.get("ignored_layers"), block.get("modules_to_not_convert")
+    if ignored or not legacy:
+        return "ignored_layers", []
+    if "ignored_layers" not in block:
+        return "modules_to_not_convert", []
+    return "ignored_layers", [str(x) for x in legacy]  # [] beside a filled list: the engines disagree
+
+
 def _read_exclude_modules(engines: Sequence[str]) -> bool:
     """Does every engine read config.json's ModelOpt ``exclude_modules`` (vLLM 0.32 does not)?"""
     return all(getattr(engine_of(k).model, "reads_config_json_exclude_modules", True) for k in engines)
 
 
-def _exact(prefixes: list[str], resolvers: Sequence[Resolver]) -> list[str]:
+def _exact(routed: Sequence[tuple[str, Resolver]]) -> list[str]:
     """``ignored_layers`` entries: the runtime prefixes themselves. The target's and
     the MTP draft's lists go through DeepSeek-V4's weights mapper, which leaves
     ``model.layers.*`` as it is; a DSpark draft's fresh quant config keeps its list
@@ -110,7 +129,7 @@ def _exact(prefixes: list[str], resolvers: Sequence[Resolver]) -> list[str]:
     layer by its shards' names (SGLang: ``gate_up_proj`` -> ``gate_proj``, ``up_proj``)
     gets those names instead (its engine model's ``ignored_layers_entries``)."""
     out: list[str] = []
-    for prefix, r_ in zip(prefixes, resolvers, strict=True):
+    for prefix, r_ in routed:
         entries = getattr(r_.vllm, "ignored_layers_entries", None)
         out += entries(prefix) if entries is not None else [prefix]
     return list(dict.fromkeys(out))
