@@ -339,12 +339,7 @@ def qwen3_next(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False) 
     h = c["hidden_size"]
     lin = _linear_writer(c, hq)
     yield from _trunk(c, layers, lambda p, i: _qwen3_next_layer(p, c, i, lin))
-    full = {**c, "layer_types": ["full_attention"]}
-    yield from (plain if draft_bf16 else lin)("mtp.fc", h, 2 * h)
-    yield from bf16("mtp.pre_fc_norm_embedding.weight", h)
-    yield from bf16("mtp.pre_fc_norm_hidden.weight", h)
-    yield from _qwen3_next_layer("mtp.layers.0", full, 0, plain if draft_bf16 else lin)
-    yield from bf16("mtp.norm.weight", h)
+    yield from _qwen_mtp(c, h, _qwen3_next_layer, plain if draft_bf16 else lin)
 
 
 def _qwen3_5_layer(p: str, c: dict, i: int, lin: Callable[..., Iterator[Tensor]]) -> Iterator[Tensor]:
@@ -377,11 +372,18 @@ def qwen3_5_moe(c: dict, hq: dict | None, layers: int, draft_bf16: bool = False)
     h = c["hidden_size"]
     lin = _linear_writer(c, hq)
     yield from _trunk(c, layers, lambda p, i: _qwen3_5_layer(p, c, i, lin))
+    yield from _qwen_mtp(c, h, _qwen3_5_layer, plain if draft_bf16 else lin)
+
+
+def _qwen_mtp(c: dict, h: int, layer: Callable[..., Iterator[Tensor]],
+              lin: Callable[..., Iterator[Tensor]]) -> Iterator[Tensor]:
+    """The MTP block Qwen3-Next and Qwen3.5 store at ``mtp.*``: ``fc``, the two pre-fc norms, one
+    full-attention decoder layer ``mtp.layers.0`` (``layer``, its linears written by ``lin``), ``norm``."""
     full = {**c, "layer_types": ["full_attention"]}
-    yield from (plain if draft_bf16 else lin)("mtp.fc", h, 2 * h)
+    yield from lin("mtp.fc", h, 2 * h)
     yield from bf16("mtp.pre_fc_norm_embedding.weight", h)
     yield from bf16("mtp.pre_fc_norm_hidden.weight", h)
-    yield from _qwen3_5_layer("mtp.layers.0", full, 0, plain if draft_bf16 else lin)
+    yield from layer("mtp.layers.0", full, 0, lin)
     yield from bf16("mtp.norm.weight", h)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import struct
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -585,16 +587,24 @@ def test_plain_lookup_sends_the_token_huggingface_hub_sends(tmp_path, monkeypatc
     assert token == {"none": None, "env": "hf_fromenv", "saved": "hf_saved", "disabled": None}[case]
 
 
-def test_replay_lookup_dropped_or_misanswered_goes_to_the_full_client(hub_env, monkeypatch, capsys):
-    """The replay's own HEAD (revision.py ``_head``, a socket of its own) takes only a plain
-    answer: a dropped connection or a commit that is no hash goes to the full client, which
-    retries it or says what is wrong."""
+@contextlib.contextmanager
+def _kept_audit(hub_env, monkeypatch, capsys) -> Iterator[tuple[HubServer, str]]:
+    """A served two-shard repo audited once (its output kept, so the next audit replays it),
+    the server's request log cleared."""
     _many_shards(hub_env / "repo", shards=2)
     with HubServer({"acme/many": hub_env / "repo"}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         assert main(["inspect", "acme/many", "--remote"]) == 0
         first = capsys.readouterr().out
         hub.reset()
+        yield hub, first
+
+
+def test_replay_lookup_dropped_or_misanswered_goes_to_the_full_client(hub_env, monkeypatch, capsys):
+    """The replay's own HEAD (revision.py ``_head``, a socket of its own) takes only a plain
+    answer: a dropped connection or a commit that is no hash goes to the full client, which
+    retries it or says what is wrong."""
+    with _kept_audit(hub_env, monkeypatch, capsys) as (hub, first):
         hub.script[INDEX] = [Answer(0, {}, drop=True)]
         assert main(["inspect", "acme/many", "--remote"]) == 0
         assert capsys.readouterr().out == first and [r.method for r in hub.requests] == ["HEAD", "HEAD"]
@@ -608,12 +618,7 @@ def test_replay_lookup_dropped_or_misanswered_goes_to_the_full_client(hub_env, m
 def test_replay_lookup_the_plain_client_cannot_vouch_for_goes_to_the_full_one(hub_env, monkeypatch, capsys):
     """A 503 on the replay's HEAD: the full client retries it (two HEADs, the output kept);
     a repo gone private since: the full client's one line, exit 2, nothing printed from the kept run."""
-    _many_shards(hub_env / "repo", shards=2)
-    with HubServer({"acme/many": hub_env / "repo"}) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        assert main(["inspect", "acme/many", "--remote"]) == 0
-        first = capsys.readouterr().out
-        hub.reset()
+    with _kept_audit(hub_env, monkeypatch, capsys) as (hub, first):
         hub.script[INDEX] = [Answer(503, {})]
         assert main(["inspect", "acme/many", "--remote"]) == 0
         assert capsys.readouterr().out == first and [r.method for r in hub.requests] == ["HEAD", "HEAD"]
