@@ -55,20 +55,13 @@ step "installing torch 2.13.0 (CPU build)"
 $PIP install -q --no-compile torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
 $PIP install -q --no-compile --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
-# vLLM's, transformers' and torch's bytecode written once, on the core pip leaves idle, before two
-# workers import them at collection at the same moment (each would compile them: ~15 CPU s apiece).
-# Best effort: a module pip is still writing is compiled later, on first import.
-step "compiling what every test process imports (vLLM, transformers, torch), in the background"
-in_background warm sh -c '.venv/bin/python -c "import vllm, transformers.configuration_utils; \
-from vllm.model_executor.layers.quantization import get_quantization_config" >/dev/null 2>&1 || true'
 step "installing specguard and the test requirements"
 $PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
-step "waiting for the engine overlays and the bytecode"
+step "waiting for the engine overlays"
 wait_for engines
-wait_for warm
 if [ -n "${bg_pid[chromium]:-}" ]; then
   step "waiting for chromium"
   wait_for chromium
