@@ -5,9 +5,9 @@
 #
 # Where the time goes: each step line says the seconds since the start and the CPU
 # seconds its child processes have used so far (on a shared machine wall time counts
-# others' load). pip runs with --no-compile: it would byte-compile all ~17,000 .py
-# files of the installs (~80 CPU s), while the tests import a fraction of them, which
-# Python compiles on first import. Work that does not need .venv's packages runs in
+# others' load). The installs go through uv, from pip's own sources (scripts/uv_env.sh),
+# without byte-compiling all ~17,000 .py files of the installs (~80 CPU s): the tests
+# import a fraction of them, which Python compiles on first import. Work that does not need .venv's packages runs in
 # the background (`in_background NAME CMD...`, `wait_for NAME`): an install into a
 # venv of its own (another engine version) belongs there too, never a second pip
 # into .venv at the same time. ruff and mypy run beside pytest.
@@ -47,16 +47,18 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 step "creating .venv"
 python3 -m venv .venv
-PIP=".venv/bin/pip"
-$PIP install -q --no-compile --upgrade pip >/dev/null
+.venv/bin/pip install -q --no-compile uv==0.13.9
+source scripts/uv_env.sh
+uv_from_pip
+UV=(.venv/bin/uv pip install -q --python .venv/bin/python)
 step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
 in_background engines bash scripts/engines.sh
 step "installing torch 2.13.0 (CPU build)"
-$PIP install -q --no-compile torch==2.13.0
+"${UV[@]}" torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
-$PIP install -q --no-compile --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
+"${UV[@]}" --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
-$PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
+"${UV[@]}" -e '.[test]' -r requirements/test.txt
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
