@@ -36,13 +36,20 @@ in_background() {  # NAME CMD...: run CMD in the background, its output kept for
 wait_for() {  # NAME: wait for a background job; its output, and exit 1, if it failed
   wait "${bg_pid[$1]}" || { cat "${bg_log[$1]}"; echo "$1 failed" >&2; exit 1; }
 }
-install_chromium() {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+install_chromium() {  # then says it is over, whatever the outcome, in $SPECGUARD_CHROMIUM_DONE
+  local status=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || status=$?
+  : >"$SPECGUARD_CHROMIUM_DONE"
+  return "$status"
 }
 # Debian's chromium for the report's browser tests (tests/report/): installed in the
-# background while pip works, when missing and when we may (root, as in CI).
+# background, when missing and when we may (root, as in CI). It can take minutes; the tests
+# start without it, and the browser tests (scheduled last, tests/conftest.py) wait for the file
+# that says the install is over (tests/report/conftest.py).
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   step "installing chromium (Debian package) in the background"
+  SPECGUARD_CHROMIUM_DONE="$(mktemp -u)"
+  export SPECGUARD_CHROMIUM_DONE
   in_background chromium install_chromium
 fi
 step "creating .venv"
@@ -64,16 +71,16 @@ in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
 step "waiting for the engine overlays"
 wait_for engines
-if [ -n "${bg_pid[chromium]:-}" ]; then
-  step "waiting for chromium"
-  wait_for chromium
-fi
 # Two workers, one per core (pytest-xdist): one work unit per test file, or per group of files
 # sharing an expensive session fixture; the units that wait on engines go first (tests/conftest.py).
 # A failure's report says which worker ([gw0]/[gw1]) ran it.
 step "pytest (2 workers)"
 status=0
 .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
+if [ -n "${bg_pid[chromium]:-}" ]; then
+  step "chromium"
+  wait_for chromium
+fi
 step "ruff"
 wait_for ruff
 step "mypy"
