@@ -28,14 +28,13 @@ signal.signal(signal.SIGINT, _interrupted_while_importing)
 def main() -> int:
     """Run `specguard` with sys.argv; the exit code (cli.main's)."""
     from specguard.cli import main as cli_main
-    from specguard.usage import EXIT_INTERRUPTED
+    from specguard.usage import interrupted
 
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # cli.main catches it from here
         return cli_main()
     except KeyboardInterrupt:  # in the instant before cli.main's own try
-        print("specguard: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted()
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the answer is in: let the exit finish
 

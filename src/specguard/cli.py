@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
 from specguard.errors import SpecguardError, UsageError
-from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail, reader_gone
+from specguard.usage import EXIT_BAD_INPUT, ArgumentParser, fail, interrupted, reader_gone
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -279,8 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return PASSTHROUGH[argv[0]](argv[1:])
         return _run(argv)
     except KeyboardInterrupt:  # every command leaves nothing half-written; say so in one line
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(PROG)
     except BrokenPipeError:  # `specguard rule --all | head`: the reader has all it wanted
         return reader_gone(0)
 

@@ -44,6 +44,20 @@ def fail(prog: str, error: SpecguardError | str, *, debug: bool = False) -> int:
     return EXIT_BAD_INPUT
 
 
+def interrupted(prog: str = PROG) -> int:
+    """Ctrl-C's answer: print ``PROG: interrupted`` and return exit code 130.
+
+    A KeyboardInterrupt raised inside ``exec``/``eval`` of a string (dataclasses and
+    namedtuple build their methods so, on a command's lazy imports) sets the
+    interpreter's "unhandled KeyboardInterrupt" flag even though it is caught here, and
+    under ``python -m`` the interpreter then ends the process by SIGINT at exit instead
+    of with this code (CPython 3.11 main.c; tests/test_terminal.py). Every exec of a
+    string clears that flag first: an empty one does only that."""
+    print(f"{prog}: interrupted", file=sys.stderr)
+    exec("")  # clears the flag (see above); nothing runs
+    return EXIT_INTERRUPTED
+
+
 def reader_gone(code: int) -> int:
     """stdout's reader has gone (``| head``): point stdout at /dev/null, so Python's
     flush at exit says nothing, and return ``code`` (the command's own answer)."""
