@@ -10,7 +10,6 @@ console script alone: a library user's SIGINT handling is never touched.
 
 import _signal as signal  # type: ignore[import-not-found]  # signal.py imports enum: the C module is loaded
 import os
-import sys
 
 
 def _interrupted_while_importing(signum: int, frame: object) -> None:
@@ -39,5 +38,13 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the answer is in: let the exit finish
 
 
+def run() -> None:
+    """The console script: ``main()``, then the process ends with its exit code at once
+    (usage.exit_now: no interpreter teardown)."""
+    from specguard.usage import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
 from specguard.errors import SpecguardError, UsageError
-from specguard.usage import EXIT_BAD_INPUT, ArgumentParser, fail, interrupted, reader_gone
+from specguard.usage import EXIT_BAD_INPUT, ArgumentParser, exit_now, fail, interrupted, reader_gone
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -330,4 +330,4 @@ def _os_error(e: OSError) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

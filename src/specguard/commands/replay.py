@@ -43,12 +43,15 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
+    from specguard.checkpoint.remote import prefetched
+
     out, err = _Recorder(sys.stdout, False), _Recorder(sys.stderr, True)
     chunks: list[tuple[bool, str]] = []
     out.chunks = err.chunks = chunks
     sys.stdout, sys.stderr = out, err
     try:
-        code = run(args)
+        with prefetched(args.source, args.revision):  # the reading starts while the command imports its stages
+            code = run(args)
     finally:
         sys.stdout, sys.stderr = out.stream, err.stream
     read = read_at(args.source, args.revision)
