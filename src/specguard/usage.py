@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from specguard.errors import SpecguardError, UsageError
 
@@ -42,6 +44,26 @@ def fail(prog: str, error: SpecguardError | str, *, debug: bool = False) -> int:
         traceback.print_exc()
     print(f"{prog}: error: {error}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+@contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Within: a Ctrl-C waits (SIGINT blocked in this thread) and is raised as
+    KeyboardInterrupt on leaving. For imports: importlib's locks and a class's
+    creation are not safe against a KeyboardInterrupt landing inside them (one can
+    leave the import lock held, and a thread importing beside it then waits
+    forever, or turn into a RuntimeError from ``__set_name__``). A thread started
+    within keeps SIGINT blocked for good: the main thread alone answers Ctrl-C."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl-C that waited is raised here
 
 
 def interrupted(prog: str = PROG) -> int:

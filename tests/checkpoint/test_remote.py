@@ -291,7 +291,7 @@ def test_a_remote_inspect_imports_neither_httpx2_nor_numpy(hub_env, monkeypatch)
 
 def test_ctrl_c_while_the_reading_runs_ahead_is_one_line_and_exit_130(hub_env, monkeypatch):
     """The reading starts in a thread of its own while the command imports its stages
-    (remote.py ``prefetched``): Ctrl-C then stops its reads within hubhttp.POLL."""
+    (remote.py ``prefetch``): Ctrl-C then stops its reads within hubhttp.POLL."""
     import os
     import signal
     import subprocess

@@ -24,10 +24,9 @@ gated, rate-limited).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal
 
@@ -120,6 +119,10 @@ class _Prefetch:
                                        name="specguard-prefetch")
 
     def _run(self, repo_id: str, revision: str | None) -> None:
+        # Every import this thread makes comes before the command takes its result: kept.py's
+        # tempfile is the one left for the cache write after it. From then on, the main thread
+        # may import beside it with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
+        import tempfile  # noqa: F401
         try:
             self.outcome = (_open(repo_id, revision, self._report, self.stop, self._read), None)
         except BaseException as e:  # handed to the command's own open_remote, raised there
@@ -152,25 +155,28 @@ class _Prefetch:
         self.stop.set()
         self.thread.join(timeout=1.0)
 
+    def __enter__(self) -> _Prefetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        key = next((k for k, v in _BEGUN.items() if v is self), None)
+        if key is not None:  # never asked for
+            del _BEGUN[key]
+            self.cancel()
+        else:  # taken: it may still be writing the cache
+            self.thread.join()
+
 
 _BEGUN: dict[tuple[str, str, str | None], _Prefetch] = {}
 
 
-@contextlib.contextmanager
-def prefetched(repo_id: str, revision: str | None) -> Iterator[None]:
-    """Within: open_remote(repo_id, revision) is under way in a thread, and the command's
-    own call takes its result; one the command never asked for is stopped on the way out."""
-    key = (revision_.endpoint(), repo_id, revision)
-    begun = _BEGUN[key] = _Prefetch(repo_id, revision)
+def prefetch(repo_id: str, revision: str | None) -> _Prefetch:
+    """open_remote(repo_id, revision) started in a thread; the command's own call takes its
+    result. Use it as a context: on the way out, one the command never asked for is
+    stopped, and a taken one's cache write is waited for."""
+    begun = _BEGUN[(revision_.endpoint(), repo_id, revision)] = _Prefetch(repo_id, revision)
     begun.thread.start()
-    try:
-        yield
-    finally:
-        if _BEGUN.get(key) is begun:
-            del _BEGUN[key]
-            begun.cancel()
-        else:  # taken: it may still be writing the cache
-            begun.thread.join()
+    return begun
 
 
 def lookup(repo_id: str, revision: str | None) -> tuple[str, bool]:

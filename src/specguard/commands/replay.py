@@ -43,14 +43,18 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
-    from specguard.checkpoint.remote import prefetched
+    from specguard.usage import ctrl_c_deferred
 
+    with ctrl_c_deferred():  # the reading's thread starts with SIGINT blocked: Ctrl-C stays the main thread's
+        from specguard.checkpoint.remote import prefetch
+
+        reading = prefetch(args.source, args.revision)  # under way while the command imports its stages
     out, err = _Recorder(sys.stdout, False), _Recorder(sys.stderr, True)
     chunks: list[tuple[bool, str]] = []
     out.chunks = err.chunks = chunks
     sys.stdout, sys.stderr = out, err
     try:
-        with prefetched(args.source, args.revision):  # the reading starts while the command imports its stages
+        with reading:
             code = run(args)
     finally:
         sys.stdout, sys.stderr = out.stream, err.stream
