@@ -249,3 +249,31 @@ def test_rule_pages_render_as_markdown_at_80_columns() -> None:
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
     assert "## What it does" not in out and "What it does" in out
     assert _words(out) <= _words(rule_doc("SG201"))  # no word split by the terminal
+
+
+_DEFERRED = """
+import os, signal, threading
+from specguard.usage import ctrl_c_deferred
+
+seen = []
+try:
+    with ctrl_c_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):  # a KeyboardInterrupt raised in here would skip the next line
+            pass
+        seen.append("the import ended")
+        t = threading.Thread(target=lambda: seen.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        t.start()
+        t.join()
+    seen.append("not reached")
+except KeyboardInterrupt:
+    seen.append("raised on leaving")
+print(seen)
+"""
+
+
+def test_ctrl_c_during_a_deferred_import_is_raised_when_it_ends() -> None:
+    """usage.ctrl_c_deferred (cli wraps each command's imports in it): a Ctrl-C waits for the
+    import's end, then is the one KeyboardInterrupt; a thread started within never takes it."""
+    r = subprocess.run([sys.executable, "-c", _DEFERRED], capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.stdout.strip() == "['the import ended', True, 'raised on leaving']", (r.stdout, r.stderr)
