@@ -158,6 +158,11 @@ class Resolver:
         else:
             self._group()
             self._grouped = {}
+        built = getattr(self.vllm, "layout", None)
+        if isinstance(built, Layout) and built is not self.layout and _same_layout(built, self.layout):
+            # the engine model laid the same config out alike (same family class, same settings: every
+            # name places the same): one placement cache, so no runtime prefix is placed twice
+            self.vllm.layout = self.layout
         self._routes: dict[str, Route] = {}
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
@@ -382,9 +387,7 @@ class Resolver:
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (self.vllm.v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
-        for pat, hits in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
-            if name not in hits:
-                continue
+        for pat in self._exclusions_hitting.get(name, ()):
             if pat.semantics == FNMATCHCASE and kind != ModuleKind.ROUTED_EXPERTS:
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
@@ -403,6 +406,18 @@ class Resolver:
         if hit is None:
             index = NameIndex(names[0] for names in self._groups.values())
             hit = self._grouped[key] = [frozenset(index.matching(pat)) for pat in exclusions]
+        return hit
+
+    @functools.cached_property
+    def _exclusions_hitting(self) -> dict[str, list]:
+        """``_exclusion_hits`` turned round: by checkpoint module, the entries matching it, in order."""
+        key = ("exclusions by module", self.declared_config.exclusions)
+        hit = self._grouped.get(key)
+        if hit is None:
+            hit = self._grouped[key] = {}
+            for pat, names in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
+                for name in names:
+                    hit.setdefault(name, []).append(pat)
         return hit
 
     def _absent(self, prefix: str) -> Route:
