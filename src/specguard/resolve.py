@@ -164,6 +164,7 @@ class Resolver:
             # name places the same): one placement cache, so no runtime prefix is placed twice
             self.vllm.layout = self.layout
         self._routes: dict[str, Route] = {}
+        self._canonical: dict[str, str | None] = {}  # ``canonical`` by spelling asked
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
@@ -229,11 +230,11 @@ class Resolver:
     def canonical(self, prefix: str) -> str | None:
         """The canonical prefix for any spelling, or None: DSpark aliases, an empty
         root (``layers.43...``), the V4.1 wrapper's ``language_model.`` root."""
-        for p in _spellings(prefix):
-            hit = self._alias.get(p) or (p if p in self._groups else None)
-            if hit:
-                return hit
-        return None
+        hit = self._canonical.get(prefix, "")
+        if hit == "":  # every rule asks again for the prefixes it was given: each spelling once
+            hit = self._canonical[prefix] = next(
+                (h for p in _spellings(prefix) if (h := self._alias.get(p) or (p if p in self._groups else None))), None)
+        return hit
 
     def modules(self, prefix: str) -> list[Module]:
         c = self.canonical(prefix)
