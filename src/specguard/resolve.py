@@ -34,7 +34,6 @@ from specguard.formats.settle import name_convention, settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
-from specguard.layouts.base import alike
 from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
@@ -170,9 +169,8 @@ class Resolver:
 
     def _group(self) -> None:
         """Modules by canonical runtime prefix, and every spelling's canonical prefix."""
-        groups = self.layout.group_by_runtime_prefix(self.table.modules)
         # experts of a layer share their placement: each module's ``alike`` name, once
-        keys = {prefix: list(dict.fromkeys(map(alike, names))) for prefix, names in groups.items()}
+        groups, keys = self.layout.grouped(self.table.modules)
         self._keys = [k for ks in keys.values() for k in ks]  # every module's, dropped ones too
         if not self.own_draft:  # stored, never loaded: not part of what this serve builds
             groups = {p: ns for p, ns in groups.items() if not self.layout.role(ns[0]).is_draft}
@@ -233,7 +231,8 @@ class Resolver:
         hit = self._canonical.get(prefix, "")
         if hit == "":  # every rule asks again for the prefixes it was given: each spelling once
             hit = self._canonical[prefix] = next(
-                (h for p in _spellings(prefix) if (h := self._alias.get(p) or (p if p in self._groups else None))), None)
+                (h for p in _spellings(prefix) if (h := self._alias.get(p) or (p if p in self._groups else None))),
+                None)
         return hit
 
     def modules(self, prefix: str) -> list[Module]:
@@ -432,7 +431,7 @@ class Resolver:
             return []
         present = self._grouped.get("draft layers")
         if present is None:
-            roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
+            roles = map(self.layout.role, dict.fromkeys(self._keys))  # each module's ``alike`` name (_group)
             present = self._grouped["draft layers"] = {r.layer for r in roles if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 

@@ -10,8 +10,8 @@ tensors instead of a Python loop over 100,000 small arrays (benchmarks/lint.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -85,7 +85,7 @@ def read_scales(r: Resolver) -> ScaleSamples:
     buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
-    layers = [m.split(".experts.")[0] for m in owners]  # once per module, not per scale
+    layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module
     layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
