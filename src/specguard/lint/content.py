@@ -38,7 +38,7 @@ class ScaleColumn:
 
 @dataclass(frozen=True)
 class ScaleSamples:
-    names: list[str]  # tensor name per index
+    tensors: list[TensorInfo]  # per index (its name: ``names_of``, only for the few a finding names)
     modules: list[str]
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
     params: np.ndarray  # parameter suffix per index (object array)
@@ -46,7 +46,7 @@ class ScaleSamples:
     columns: list[ScaleColumn]
 
     def names_of(self, idx) -> list[str]:
-        return [self.names[i] for i in idx]
+        return [self.tensors[i].name for i in idx]
 
 
 def read_scales(r: Resolver) -> ScaleSamples:
@@ -91,7 +91,7 @@ def read_scales(r: Resolver) -> ScaleSamples:
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
     siblings = (layer_of[np.array(owner_of, dtype=np.int64)] * len(param_ids)
                 + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
-    return ScaleSamples(list(map(attrgetter("name"), tensors)), modules, siblings, np.array(params, dtype=object),
+    return ScaleSamples(tensors, modules, siblings, np.array(params, dtype=object),
                         per_tensor, columns)
 
 
