@@ -157,8 +157,8 @@ class Resolver:
         else:
             self._group()
             self._grouped = {}
-        built = getattr(self.vllm, "layout", None)
-        if isinstance(built, Layout) and built is not self.layout and _same_layout(built, self.layout):
+        built = self.vllm.layout
+        if built is not self.layout and _same_layout(built, self.layout):
             # the engine model laid the same config out alike (same family class, same settings: every
             # name places the same): one placement cache, so no runtime prefix is placed twice
             self.vllm.layout = self.layout
