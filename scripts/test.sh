@@ -53,8 +53,10 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   in_background chromium install_chromium
 fi
 step "creating .venv"
-python3 -m venv .venv
-.venv/bin/pip install -q --no-compile uv==0.13.9
+# No pip in .venv (ensurepip alone was ~8 CPU s): the machine's pip puts uv there, uv the rest.
+python3 -m venv --without-pip .venv
+python3 -m pip --python .venv/bin/python install -q --no-compile uv==0.13.9 \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)  # pip's note on each empty local index
 source scripts/uv_env.sh
 uv_from_pip
 UV=(.venv/bin/uv pip install -q --python .venv/bin/python)
