@@ -255,6 +255,7 @@ class Vllm033:
         self.plan: plans.Plan | None = self._recorded_plan(config, draft_config)
         self._no_plan = self.no_plan()
         self._excludes: dict[str, tuple[str, ...]] = {}  # modelopt_excludes by model, once each
+        self._ignored: dict[str, tuple[str, ...]] = {}  # ignored_layers by model: asked once per module
 
     def _recorded_plan(self, config: Mapping[str, Any], draft_config: Mapping[str, Any] | None) -> plans.Plan | None:
         """The plan recorded for this target and the draft it is served with, where it describes
@@ -291,6 +292,12 @@ class Vllm033:
         object), re-keyed on ROCm only, raw for a DSpark/EAGLE draft's fresh config.
         V4.1's registry class (the VL wrapper) has no class-level mapper, so its
         lists stay raw too."""
+        hit = self._ignored.get(model)
+        if hit is None:  # every route asks (``_skipped``): the list is the same for all of a model's modules
+            hit = self._ignored[model] = self._ignored_layers(model)
+        return hit
+
+    def _ignored_layers(self, model: str) -> tuple[str, ...]:
         d, _ = self._declared(model)
         raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
         if not self.v4_mapper_applies(model):
