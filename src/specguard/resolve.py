@@ -444,10 +444,13 @@ class Resolver:
         )})
 
 
+_LAYOUT_CACHES = ("_cache", "_roles")  # a Layout's memos of ``place`` and ``role``: not settings
+
+
 def _same_layout(a: Layout, b: Layout) -> bool:
     """Two layouts that place every name alike: same family class, same settings."""
     def settings(x: Layout) -> dict:
-        return {k: v for k, v in vars(x).items() if k != "_cache"}
+        return {k: v for k, v in vars(x).items() if k not in _LAYOUT_CACHES}
     return type(a) is type(b) and settings(a) == settings(b)
 
 
@@ -455,7 +458,7 @@ def _places_alike(like: Resolver, layout: Layout) -> bool:
     """``layout`` differs from ``like``'s only in its draft layer count, and places every module
     ``like`` stores as it does (same role, kind, runtime prefixes): its grouping holds as it is."""
     def settings(x: Layout) -> dict:
-        return {k: v for k, v in vars(x).items() if k not in ("_cache", "num_draft_layers")}
+        return {k: v for k, v in vars(x).items() if k not in (*_LAYOUT_CACHES, "num_draft_layers")}
     old = like.layout
     if type(old) is not type(layout) or settings(old) != settings(layout):
         return False

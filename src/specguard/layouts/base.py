@@ -92,6 +92,7 @@ class Layout:
         self.draft_kind = r.DraftKind(draft_kind) if draft_kind is not None else None
         self.engine = engine
         self._cache: dict[str, Placement] = {}
+        self._roles: dict[str, r.Role] = {}  # ``role`` by name: a route asks for its prefix's five times
 
     def __repr__(self) -> str:
         return (
@@ -134,10 +135,11 @@ class Layout:
         Both spellings answer the same: a runtime layer index >= N is draft,
         whatever root the prefix has.
         """
-        role = self._runtime_role(name)
-        if role is not None:
-            return role
-        return self.place(name).role
+        hit = self._roles.get(name)
+        if hit is None:
+            role = self._runtime_role(name)
+            hit = self._roles[name] = role if role is not None else self.place(name).role
+        return hit
 
     def runtime_prefix(self, name: str) -> str:
         """Quant prefix the engine's ``get_quant_method`` sees for a checkpoint module.
