@@ -29,6 +29,7 @@ class LintContext:
     _scales: dict[int, ScaleSamples] = field(default_factory=dict)
     _files: dict[int, QuantFiles | None] = field(default_factory=dict)
     _plan: Plan | None = None  # the repair planner's plan (lint/fixes.py ``plan``)
+    _rerouted: dict[tuple[int, str], Resolver | None] = field(default_factory=dict)  # lint/fixes.py ``checked``
 
     @property
     def engine_name(self) -> str:

@@ -42,7 +42,7 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
     (No targets: the edits must change no route, e.g. dropping an entry that matches nothing.)
     ``exact=False`` (a planned repair): every other route that was ``ok`` stays ``ok`` (a wildcard
     entry may change the claim for a norm that is built unquantized either way)."""
-    new = rerouted(r, edits) if edits else None
+    new = _rerouted_once(ctx, r, edits) if edits else None
     if new is None:
         return False
     before = {rt.prefix: rt for rt in ctx.routes(r)}
@@ -59,6 +59,15 @@ def checked(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit], targets:
         elif not _kept(b, a, exact):
             return False
     return True
+
+
+def _rerouted_once(ctx: LintContext, r: Resolver, edits: Sequence[ConfigEdit]) -> Resolver | None:
+    """``rerouted``, once per lint run for the same edits: the rules whose fix is the planner's
+    (SG201, SG202) check the same plan (benchmarks/lint.py: one re-routing of 216 modules, not two)."""
+    key = (id(r), repr(tuple(edits)))
+    if key not in ctx._rerouted:
+        ctx._rerouted[key] = rerouted(r, edits)
+    return ctx._rerouted[key]
 
 
 def _kept(before: Route | None, after: Route | None, exact: bool) -> bool:
