@@ -93,15 +93,9 @@ def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: t
                 revision_.READ[(hub.endpoint, repo_id, revision)] = commit
                 return _build(repo_id, commit, snapshot)
             index, fetch_index = None, indexed  # the index travels with the configs
-            pool = _warm_pool()
         else:
-            pool = _warm_pool()  # its threads start while the index travels
-            try:
-                (index, commit), fetch_index = hub.get_file(INDEX, revision), False
-            except BaseException:  # no index answer (a refusal, Ctrl-C): the idle pool goes too
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-        snapshot, headers, weights = _fetch(pool, hub, commit, index, progress, fetch_index=fetch_index)
+            (index, commit), fetch_index = hub.get_file(INDEX, revision), False
+        snapshot, headers, weights = _fetch(hub, commit, index, progress, fetch_index=fetch_index)
         checkpoint = _build(repo_id, commit, snapshot, headers, weights)  # validated before it is cached
     finally:
         hub.close()
@@ -309,35 +303,13 @@ def _missing_entry(r: Answer) -> bool:
 Indexed = tuple[dict[str, str], dict]  # an index's weight_map and metadata (index.py load_index)
 
 
-def _warm_pool() -> ThreadPoolExecutor:
-    """The pool of round 3, its POOL threads started by one of them: started one at a
-    time as the wave is submitted, they held its last reads back ~130 ms on a busy
-    machine (benchmarks/remote.py); started now, they start during a round trip."""
-    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
-    pool.submit(_start_threads, pool)
-    return pool
-
-
-def _start_threads(pool: ThreadPoolExecutor) -> None:  # a pool thread
-    """Hold POOL - 1 more jobs at once, so the pool starts a thread for each, then let them go."""
-    go = threading.Event()
-    try:
-        for _ in range(POOL - 1):
-            pool.submit(go.wait)
-    except RuntimeError:  # the pool is shut down (a failed read, Ctrl-C): no more threads wanted
-        pass
-    finally:
-        go.set()
-
-
 def _fetch(
-    pool: ThreadPoolExecutor, hub: _Hub, commit: str, index: bytes | None, progress: Progress | None, *,
-    fetch_index: bool = False,
+    hub: _Hub, commit: str, index: bytes | None, progress: Progress | None, *, fetch_index: bool = False,
 ) -> tuple[cache.Snapshot, list[FileHeader], Indexed | None]:
     """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
     HEAD) together, then every shard's header, each parsed as it arrives. Returns what
-    was read, the parsed headers and the parsed index (parsed once: 100,000 entries).
-    ``pool``: _warm_pool's, shut down here."""
+    was read, the parsed headers and the parsed index (parsed once: 100,000 entries)."""
+    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
     try:
         configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
         if fetch_index:
