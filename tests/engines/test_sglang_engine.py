@@ -20,7 +20,7 @@ import pytest
 from specguard.cli import main
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
-from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
+from specguard.resolve import MISROUTED, OK, REFUSED, UNKNOWN, Resolver
 from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
@@ -74,6 +74,9 @@ def _sglang_expert_format(case: str, prefix: str) -> str:
     if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
     draft = RECORD[case]["draft"]
+    built = draft.get("model", {}).get("built", {})  # the draft model SGLang built (recorder.py _load_facts)
+    if prefix in built:
+        return s.BF16 if built[prefix].endswith(("UnquantizedFusedMoEMethod", "UnquantizedLinearMethod")) else s.NVFP4
     if "model_quant_config" in draft and prefix.startswith("mtp.") and draft["model_quant_config"] is None:
         return s.BF16  # qwen3_5_mtp.py _mtp_quant_config (recorded): the MTP builds without a quant config
     hit = qc["prefixes"][prefix]
@@ -94,6 +97,9 @@ def test_routed_experts_route_as_sglang_decided(cases: dict[str, Path], case: st
         want = _sglang_expert_format(case, rt.prefix)
         assert rt.vllm is not None and rt.vllm.scheme.format == want, rt.prefix
         assert rt.stored is not None
+        if rt.verdict == REFUSED:  # SGLang stops before serving them (recorded: dspark ``refuses``)
+            assert RECORD[case]["draft"]["dspark"]["refuses"] and rt.prefix.startswith("stages."), rt.prefix
+            continue
         assert rt.verdict == (OK if rt.stored.format == want or (want == s.BF16 and not rt.stored.quantized)
                               else MISROUTED), rt.prefix
 
@@ -119,7 +125,9 @@ def test_s1_sglang_misroutes_the_target_and_loads_the_draft(cases: dict[str, Pat
     assert s1["model.decoder.mlp.experts"] == OK
     assert sorted(p for p, v in s1.items() if v != OK) == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
     dspark = _verdicts(cases["s1-dspark"])
-    assert {dspark[f"stages.{k}.mlp.experts"] for k in range(3)} == {OK}
+    # S1-DSpark declares no Markov head: SGLang's DSpark refuses it (recorded ``dspark.refuses``)
+    assert RECORD["s1-dspark"]["draft"]["dspark"]["refuses"].startswith("ValueError: DSpark V4 draft requires")
+    assert {dspark[f"stages.{k}.mlp.experts"] for k in range(3)} == {REFUSED}
     assert dspark["model.layers.0.mlp.experts"] == MISROUTED
     # the hybrid export (MIXED_PRECISION): NVFP4 target, draft prefixes excluded -> both halves right
     assert set(_verdicts(cases["s1-hybrid"]).values()) == {OK}
@@ -130,19 +138,28 @@ def test_native_and_bf16_checkpoints_load_as_stored(cases: dict[str, Path], case
     assert set(_verdicts(cases[case]).values()) == {OK}
 
 
-def test_an_exclusion_written_for_vllm_prefixes_matches_nothing_under_sglang(cases: dict[str, Path]) -> None:
-    """S8-NVFP4 (DeepSeek-V3, ModelOpt) excludes its BF16 MTP attention as
-    ``model.layers.2.self_attn*``: vLLM builds the MTP layer there, SGLang as
-    ``model.decoder.self_attn.*``, where SGLang's own ``is_layer_excluded`` (recorded) matches
-    nothing, so it builds ModelOptFp4LinearMethod over BF16 bytes."""
-    path = cases["s8-nvfp4"]
-    sglang = _verdicts(path)
-    vllm = {rt.prefix: rt.verdict for rt in Resolver.open(path, engine="vllm-0.33").routes()}
-    assert vllm["model.layers.2.self_attn.o_proj"] == OK
-    assert sglang["model.decoder.self_attn.o_proj"] == MISROUTED
-    assert RECORD["s8-nvfp4"]["draft"]["quant_config"]["prefixes"]["model.decoder.self_attn.o_proj"][
-        "nvfp4_excluded"] is False
-    assert sglang["model.layers.1.self_attn.o_proj"] == OK  # the target's own names do match
+def test_sglang_builds_the_deepseek_v3_nextn_draft_without_the_modelopt_config(cases: dict[str, Path],
+                                                                               capsys) -> None:
+    """S8-NVFP4 (DeepSeek-V3, ModelOpt NVFP4, its NextN attention BF16, its MLP NVFP4): SGLang's
+    DeepseekModelNextN drops a modelopt_fp4 quant config (deepseek_nextn.py), so the draft is built
+    unquantized whatever the exclusion list says. Recorded by building SGLang's draft model and running
+    its load_weights: the BF16 attention loads, the NVFP4 shared experts' scales have no parameter and
+    the load stops (KeyError). Before: a ModelOpt NVFP4 draft was assumed, with SG203 on the attention
+    and an SG701 "AssertionError" inferred from vLLM's loader."""
+    model = RECORD["s8-nvfp4"]["draft"]["model"]
+    assert model["built"]["model.decoder.self_attn.o_proj"].endswith("UnquantizedLinearMethod")
+    assert model["built"]["model.decoder.mlp.experts"].endswith("UnquantizedFusedMoEMethod")
+    assert model["load"] == "KeyError: 'model.decoder.mlp.shared_experts.gate_up_proj.input_scale'"
+    sglang = _verdicts(cases["s8-nvfp4"])
+    assert sglang["model.decoder.self_attn.o_proj"] == OK
+    assert sglang["model.decoder.mlp.experts"] == MISROUTED
+    assert sglang["model.decoder.mlp.shared_experts.gate_up_proj"] == REFUSED
+    assert main(["lint", str(cases["s8-nvfp4"]), "--engine", KEY, "--format", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    codes = {f["code"] for f in found}
+    assert "SG203" not in codes and "SG101" not in codes
+    (refusal,) = [f for f in found if f["code"] == "SG701"]
+    assert refusal["raises"] == model["load"]  # the recorded exception, not an inference
 
 
 def test_route_engine_all_on_s1_shows_where_sglang_and_vllm_differ(cases: dict[str, Path], capsys,

@@ -221,3 +221,61 @@ def test_fix_extends_the_modules_to_not_convert_list_the_engines_read(tmp_path: 
     assert {"mtp.fc", "mtp.layers.0.self_attn.qkv_proj", "mtp.layers.0.self_attn.q_proj"} <= listed
     for engine in registry.keys():  # noqa: SIM118 (a function, not a dict)
         assert _verdicts(out, engine) == {OK}, engine
+
+
+def _published_builder():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("published_sparse", root / "scripts/published_sparse.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_sparse", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def glm_both_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The published GLM-4.7 NVFP4 copy (4 layers + its BF16 NextN layer) as ModelOpt >= 0.31 exports it:
+    the claim in config.json's ``quantization_config`` too (vLLM transformers_utils/config.py
+    ``get_config``: "ModelOpt 0.31.0 and after saves the quantization config in the model config file"),
+    hf_quant_config.json beside it; one layer's BF16 attention entry lost from both lists."""
+    path = _published_builder().build("glm-4.7-nvfp4", tmp_path_factory.mktemp("glm2") / "glm", 4)
+    hf = json.loads((path / "hf_quant_config.json").read_text())
+    hf["quantization"]["exclude_modules"].remove("model.layers.1.self_attn*")
+    (path / "hf_quant_config.json").write_text(json.dumps(hf))
+    config = json.loads((path / "config.json").read_text())
+    q = hf["quantization"]
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": q["quant_algo"],
+                                     "group_size": q["group_size"], "producer": hf["producer"],
+                                     "ignore": list(q["exclude_modules"])}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "vllm-0.32", "sglang-0.5.23", "all"])
+def test_fix_keeps_hf_quant_config_json_saying_what_config_json_says(glm_both_files: Path, tmp_path: Path,
+                                                                     engine: str, capsys) -> None:
+    """Both engines read config.json's list and not hf_quant_config.json's when config.json has one
+    (vLLM transformers_utils/config.py ``get_config``; SGLang configs/model_config.py
+    ``_parse_quant_hf_config``); other readers the standalone file. `fix` edits both alike, so lint
+    has no SG103 left under any engine and lint's printed fix names both files (before: config.json
+    only; the fixed output then kept an SG103 warning under SGLang and an SG103 error under vLLM)."""
+    src = glm_both_files
+    assert main(["lint", str(src), "--engine", "sglang-0.5.23", "--format", "json"]) == 1
+    printed = [e for f in json.loads(capsys.readouterr().out)["findings"] for e in f["edits"]]
+    assert {e["file"] for e in printed} == {"config.json", "hf_quant_config.json"}
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", engine]) == 0
+    capsys.readouterr()
+    config = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+    hf = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert hf == config and "lm_head" in hf
+    for lint_engine in registry.keys():  # each engine's lint on the fixed output: no SG103
+        main(["lint", str(out), "--engine", lint_engine, "--format", "json"])
+        codes = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+        assert "SG103" not in codes, (engine, lint_engine)
+        if engine in ("all", lint_engine):
+            assert _verdicts(out, lint_engine) == {OK}, lint_engine

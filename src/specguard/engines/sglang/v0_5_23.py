@@ -310,7 +310,7 @@ class Sglang0523:
             if prefix.endswith(".gate_up_proj") and ".experts." not in f"{prefix}." and scales:
                 shards = tuple(n for n, pre, _ in self._draft_modules(modules) if pre == prefix)
                 return [Refusal("weight loading", f"KeyError: '{prefix}.{scales[0]}'",
-                                f"it builds the NextN draft without the quant config ({self._drop_source()}), "
+                                f"it builds the NextN draft without a quant config{self._no_draft_quant()}, "
                                 f"so the stored {mod.scheme.format} scales of the fused {prefix.rsplit('.', 1)[-1]} "
                                 "have no parameter (deepseek_weight_loader.py do_load_weights)", shards)]
         return []
