@@ -258,13 +258,12 @@ def _published_topology() -> None:
 
 def _load_facts(path: Path, mc: Any, qc: Any) -> dict[str, Any]:
     """SGLang's draft model built as its loader builds it (loader.py ``_initialize_model``:
-    ``mc``'s architecture, the loader's quant config ``qc``): each quantizable layer's class and quant method, and what its
-    own ``load_weights`` does with the checkpoint's tensors, fed in name order ("ok", or the
+    ``mc``'s architecture, the loader's quant config ``qc``): each quantizable layer's class and
+    quant method, and what its own ``load_weights`` does with the checkpoint's tensors, fed in name order ("ok", or the
     exception it raises: the server stops there)."""
+    import sglang.srt.layers.rotary_embedding.base as rope
     import torch
     from safetensors import safe_open
-
-    import sglang.srt.layers.rotary_embedding.base as rope
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader.loader import _initialize_model
 
@@ -330,7 +329,8 @@ def _register_cuda_methods() -> None:
     registry.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
 
-def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]], loads: tuple[str, ...] = ()) -> dict[str, Any]:
+def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]],
+               loads: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every case, in one SGLang process (one engine start per version); ``loads``: the cases
     whose draft model is also built and loaded (``_load_facts``)."""
     _cpu_prelude()

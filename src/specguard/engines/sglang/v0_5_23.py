@@ -305,7 +305,7 @@ class Sglang0523:
     def _nextn_scale_refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
         if self.layout.family != "deepseek_v3" or self.quant_class is None or self._draft_quant() is not None:
             return []
-        for name, prefix, mod in self._draft_modules(modules):
+        for _, prefix, mod in self._draft_modules(modules):
             scales = sorted(p for p in mod.params if p and p not in ("weight", "bias"))
             if prefix.endswith(".gate_up_proj") and ".experts." not in f"{prefix}." and scales:
                 shards = tuple(n for n, pre, _ in self._draft_modules(modules) if pre == prefix)
