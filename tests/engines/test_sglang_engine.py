@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,29 @@ def test_sglang_builds_the_deepseek_v3_nextn_draft_without_the_modelopt_config(c
     assert "SG203" not in codes and "SG101" not in codes
     (refusal,) = [f for f in found if f["code"] == "SG701"]
     assert refusal["raises"] == model["load"]  # the recorded exception, not an inference
+
+
+def test_dspark_stages_sglang_never_builds_are_not_built(cases: dict[str, Path], tmp_path: Path) -> None:
+    """SGLang builds one DSpark stage per ``dspark_target_layer_ids`` entry (deepseek_v4_dspark.py;
+    recorded: ``parse_dspark_draft_config`` gives S1-DSpark's two ids, two stages). S1-DSpark stores 3:
+    with the Markov head SGLang requires declared (``dspark_markov_rank``, as the published DSpark
+    configs carry it), stage 2 is not built (load_weights drops it), stages 0-1 route as before.
+    Before: SGLang was modelled with vLLM's count, 3 stages built."""
+    recorded = RECORD["s1-dspark"]["draft"]["dspark"]
+    assert (recorded["target_layer_ids"], recorded["stages"], recorded["markov_rank"]) == ([0, 1], 2, 0)
+    model: Any = _resolver(cases["s1-dspark"]).vllm
+    assert model.dspark_stages() == recorded["stages"]
+    src = cases["s1-dspark"]
+    path = tmp_path / "s1d-markov"
+    shutil.copytree(src, path)
+    config = json.loads((path / "config.json").read_text())
+    config["dspark_markov_rank"] = 256
+    (path / "config.json").write_text(json.dumps(config))
+    routes = {rt.prefix: rt for rt in _resolver(path).routes()}
+    assert routes["stages.2.mlp.experts"].vllm.method == "not built"
+    assert routes["stages.2.self_attn.wq_b"].vllm.method == "not built"
+    assert routes["stages.1.mlp.experts"].verdict == OK and routes["stages.1.mlp.experts"].vllm.method != "not built"
+    assert REFUSED not in {rt.verdict for rt in routes.values()}
 
 
 def test_route_engine_all_on_s1_shows_where_sglang_and_vllm_differ(cases: dict[str, Path], capsys,
