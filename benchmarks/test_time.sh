@@ -11,6 +11,10 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-$(mktemp -d)/specguard}"
 git clone -q "$repo" "$clone"
+# uv's download cache starts empty, as on a fresh machine (removed afterwards)
+UV_CACHE_DIR="$(mktemp -d)"
+export UV_CACHE_DIR
+trap 'rm -rf "$UV_CACHE_DIR"' EXIT
 cd "$clone"
 log="$(mktemp)"
 stats="$(mktemp)"

@@ -4,14 +4,15 @@
 # over .venv (torch 2.13.0 CPU and the shared pure-Python set come from .venv).
 # The overlays install in parallel (triton-3.7.1 is SGLang's, kept apart; torchvision-0.28.0 is what
 # the vLLM plan recorder needs for Qwen3.5); each is a --no-deps install of its pinned set.
-#   bash scripts/engines.sh            (needs .venv/bin/pip; scripts/test.sh runs it)
+#   bash scripts/engines.sh            (needs .venv/bin/uv; scripts/test.sh runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIP=".venv/bin/pip"
+source scripts/uv_env.sh
+uv_from_pip
 overlay() {  # overlay NAME REQUIREMENTS
     local dir=".engines/$1"
     rm -rf "$dir.partial"
-    $PIP install -q --no-deps --no-compile --target "$dir.partial" -r "$2"
+    .venv/bin/uv pip install -q --python .venv/bin/python --no-deps --target "$dir.partial" -r "$2"
     rm -rf "$dir" && mv "$dir.partial" "$dir"
 }
 mkdir -p .engines

@@ -5,9 +5,9 @@
 #
 # Where the time goes: each step line says the seconds since the start and the CPU
 # seconds its child processes have used so far (on a shared machine wall time counts
-# others' load). pip runs with --no-compile: it would byte-compile all ~17,000 .py
-# files of the installs (~80 CPU s), while the tests import a fraction of them, which
-# Python compiles on first import. Work that does not need .venv's packages runs in
+# others' load). The installs go through uv, from pip's own sources (scripts/uv_env.sh),
+# without byte-compiling all ~17,000 .py files of the installs (~80 CPU s): the tests
+# import a fraction of them, which Python compiles on first import. Work that does not need .venv's packages runs in
 # the background (`in_background NAME CMD...`, `wait_for NAME`): an install into a
 # venv of its own (another engine version) belongs there too, never a second pip
 # into .venv at the same time. ruff and mypy run beside pytest.
@@ -36,42 +36,51 @@ in_background() {  # NAME CMD...: run CMD in the background, its output kept for
 wait_for() {  # NAME: wait for a background job; its output, and exit 1, if it failed
   wait "${bg_pid[$1]}" || { cat "${bg_log[$1]}"; echo "$1 failed" >&2; exit 1; }
 }
-install_chromium() {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+install_chromium() {  # then says it is over, whatever the outcome, in $SPECGUARD_CHROMIUM_DONE
+  local status=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || status=$?
+  : >"$SPECGUARD_CHROMIUM_DONE"
+  return "$status"
 }
 # Debian's chromium for the report's browser tests (tests/report/): installed in the
-# background while pip works, when missing and when we may (root, as in CI).
+# background, when missing and when we may (root, as in CI). It can take minutes; the tests
+# start without it, and the browser tests (scheduled last, tests/conftest.py) wait for the file
+# that says the install is over (tests/report/conftest.py).
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   step "installing chromium (Debian package) in the background"
+  SPECGUARD_CHROMIUM_DONE="$(mktemp -u)"
+  export SPECGUARD_CHROMIUM_DONE
   in_background chromium install_chromium
 fi
 step "creating .venv"
 python3 -m venv .venv
-PIP=".venv/bin/pip"
-$PIP install -q --no-compile --upgrade pip >/dev/null
+.venv/bin/pip install -q --no-compile uv==0.13.9
+source scripts/uv_env.sh
+uv_from_pip
+UV=(.venv/bin/uv pip install -q --python .venv/bin/python)
 step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
 in_background engines bash scripts/engines.sh
 step "installing torch 2.13.0 (CPU build)"
-$PIP install -q --no-compile torch==2.13.0
+"${UV[@]}" torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
-$PIP install -q --no-compile --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
+"${UV[@]}" --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
-$PIP install -q --no-compile -e '.[test]' -r requirements/test.txt
+"${UV[@]}" -e '.[test]' -r requirements/test.txt
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
 step "waiting for the engine overlays"
 wait_for engines
-if [ -n "${bg_pid[chromium]:-}" ]; then
-  step "waiting for chromium"
-  wait_for chromium
-fi
 # Two workers, one per core (pytest-xdist): one work unit per test file, or per group of files
 # sharing an expensive session fixture; the units that wait on engines go first (tests/conftest.py).
 # A failure's report says which worker ([gw0]/[gw1]) ran it.
 step "pytest (2 workers)"
 status=0
 .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
+if [ -n "${bg_pid[chromium]:-}" ]; then
+  step "chromium"
+  wait_for chromium
+fi
 step "ruff"
 wait_for ruff
 step "mypy"

@@ -66,6 +66,8 @@ TOGETHER = {"tests/plans/test_recorded.py": "tests/integrations/",
             "tests/refdecoder/test_fixed.py": "tests/refdecoder/test_policies.py"}
 FIRST = ("tests/integrations/", "tests/refdecoder/test_policies.py", "tests/engines/test_sglang_recorded.py",
          "tests/engines/test_engine_versions.py", "tests/refdecoder/test_demo.py")
+# ... and the browser tests last: scripts/test.sh installs chromium while the others run.
+LAST = ("tests/report/",)
 
 
 def _unit(nodeid: str) -> str:
@@ -75,6 +77,8 @@ def _unit(nodeid: str) -> str:
 
 
 def _rank(unit: str) -> int:
+    if unit.startswith(LAST):
+        return len(FIRST) + 1
     return next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), len(FIRST))
 
 
