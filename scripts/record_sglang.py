@@ -12,6 +12,8 @@ qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export 
 eagle.json (the published EAGLE-3 drafter of Llama-3.1-8B, alone and as an FP8 drafter whose
 ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``),
 gpt_oss.json (gpt-oss-20b, Mxfp4Config), compressed_tensors.json (S2, GLM-4.5-Air FP8).
+In the same start, S8-NVFP4's draft model is built by SGLang's loader and loaded (``LOADS``;
+deepseek_v4.json ``model``), and each DSpark case's draft config parsed (``dspark``).
 """
 
 from __future__ import annotations
