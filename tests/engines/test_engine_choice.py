@@ -47,7 +47,9 @@ def test_route_engine_all_matrix_and_json(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "vllm-0.33" in out and "vllm-0.32" in out
     assert "nvfp4 misrouted" in out and "bf16 ok" in out
-    assert "the engines differ on 14 module(s)" in out
+    # 14 on the vLLM side; SGLang builds the NextN draft unquantized (deepseek_nextn.py, recorded) and
+    # refuses its NVFP4 shared experts' scales: 3 more
+    assert "the engines differ on 17 module(s)" in out
     assert main(["route", ckpt, "--engine", "all", "--json"]) == 1
     records = json.loads(capsys.readouterr().out)["records"]
     per_engine = {e: [r for r in records if r["engine"] == e] for e in ("vllm-0.33", "vllm-0.32")}
