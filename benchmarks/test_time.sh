@@ -11,10 +11,10 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-$(mktemp -d)/specguard}"
 git clone -q "$repo" "$clone"
-# uv's download cache starts empty, as on a fresh machine (removed afterwards)
-UV_CACHE_DIR="$(mktemp -d)"
-export UV_CACHE_DIR
-trap 'rm -rf "$UV_CACHE_DIR"' EXIT
+# uv's download cache and torch's compile cache start empty, as on a fresh machine (removed afterwards)
+fresh="$(mktemp -d)"
+export UV_CACHE_DIR="$fresh/uv" TORCHINDUCTOR_CACHE_DIR="$fresh/inductor"
+trap 'rm -rf "$fresh"' EXIT
 cd "$clone"
 log="$(mktemp)"
 stats="$(mktemp)"

@@ -7,10 +7,10 @@
 # seconds its child processes have used so far (on a shared machine wall time counts
 # others' load). The installs go through uv, from pip's own sources (scripts/uv_env.sh),
 # without byte-compiling all ~17,000 .py files of the installs (~80 CPU s): the tests
-# import a fraction of them, which Python compiles on first import. Work that does not need .venv's packages runs in
-# the background (`in_background NAME CMD...`, `wait_for NAME`): an install into a
-# venv of its own (another engine version) belongs there too, never a second pip
-# into .venv at the same time. ruff and mypy run beside pytest.
+# import a fraction of them, which Python compiles on first import. Work that pytest does not
+# need to start runs in the background (`in_background NAME CMD...`, `wait_for NAME`): the
+# engine overlays and chromium (their tests wait for them: tests/background.py), ruff and mypy;
+# never a second install into .venv at the same time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Bytecode is written: a shell that sets PYTHONDONTWRITEBYTECODE (this sandbox does) makes every
@@ -53,30 +53,44 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   in_background chromium install_chromium
 fi
 step "creating .venv"
-python3 -m venv .venv
-.venv/bin/pip install -q --no-compile uv==0.13.9
+# No pip in .venv (ensurepip alone was ~8 CPU s): the machine's pip puts uv there, uv the rest.
+python3 -m venv --without-pip .venv
+python3 -m pip --python .venv/bin/python install -q --no-compile uv==0.13.9 \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)  # pip's note on each empty local index
 source scripts/uv_env.sh
 uv_from_pip
 UV=(.venv/bin/uv pip install -q --python .venv/bin/python)
-step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
-in_background engines bash scripts/engines.sh
 step "installing torch 2.13.0 (CPU build)"
 "${UV[@]}" torch==2.13.0
 step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure-Python set"
 "${UV[@]}" --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
 "${UV[@]}" -e '.[test]' -r requirements/test.txt
+install_engines() {  # then says it is over, whatever the outcome, in $SPECGUARD_ENGINES_DONE
+  local status=0
+  bash scripts/engines.sh || status=$?
+  : >"$SPECGUARD_ENGINES_DONE"
+  return "$status"
+}
+# The overlays download ~1 GB, after .venv's installs (which the tests need) and beside the
+# tests: those start without them, and the few that run an overlay
+# (tests/engines/overlays.py, tests/plans/test_recorded.py) wait for the file that says the
+# install is over (tests/background.py); test.sh reports a failed install at the end.
+step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
+SPECGUARD_ENGINES_DONE="$(mktemp -u)"
+export SPECGUARD_ENGINES_DONE
+in_background engines install_engines
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
-step "waiting for the engine overlays"
-wait_for engines
 # Two workers, one per core (pytest-xdist): one work unit per test file, or per group of files
 # sharing an expensive session fixture; the units that wait on engines go first (tests/conftest.py).
 # A failure's report says which worker ([gw0]/[gw1]) ran it.
 step "pytest (2 workers)"
 status=0
 .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@" || status=$?
+step "engine overlays"
+wait_for engines
 if [ -n "${bg_pid[chromium]:-}" ]; then
   step "chromium"
   wait_for chromium

@@ -1,12 +1,12 @@
-# Sourced by scripts/test.sh and scripts/engines.sh (needs .venv/bin/pip): uv installs from
-# where pip is configured to (find-links, indexes, constraints such as a torch cap, CA file) and
-# picks among indexes as pip does (the best version anywhere, not the first index's).
+# Sourced by scripts/test.sh and scripts/engines.sh: uv installs from where this machine's pip
+# (python3 -m pip) is configured to (find-links, indexes, constraints such as a torch cap, CA
+# file) and picks among indexes as pip does (the best version anywhere, not the first index's).
 #
 # uv rather than pip: the same pinned installs in ~30 s of wall time instead of ~80 and a third
 # of the CPU (downloads and unpacking in parallel); benchmarks/results/test_time.txt.
 
 pip_setting() {  # KEY: pip's value for KEY, its environment first, then install., then global.
-  .venv/bin/pip config list 2>/dev/null | awk -v key="$1" '
+  python3 -m pip config list 2>/dev/null | awk -v key="$1" '
     { split($0, kv, "="); name = kv[1]; value = substr($0, length(name) + 2); gsub(/^'\''|'\''$/, "", value) }
     name == ":env:." key { env = value } name == "install." key { inst = value } name == "global." key { glob = value }
     END { print (env != "" ? env : (inst != "" ? inst : glob)) }'

@@ -18,6 +18,12 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# One torch thread per process unless told otherwise: two workers share two cores, and a second
+# intra-op thread per worker (and per child command) only spins against the other worker: ~11 %
+# more CPU on the torch-heavy files (benchmarks/results/test_time.txt). Set before torch imports;
+# the commands the tests start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def raw_safetensors(path: Path, header: object, data: bytes = b"", *, length: int | None = None) -> Path:
     """Write a file with an arbitrary (possibly hostile) header, byte for byte."""

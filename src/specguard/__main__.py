@@ -10,7 +10,6 @@ console script alone: a library user's SIGINT handling is never touched.
 
 import _signal as signal  # type: ignore[import-not-found]  # signal.py imports enum: the C module is loaded
 import os
-import sys
 
 
 def _interrupted_while_importing(signum: int, frame: object) -> None:
@@ -28,17 +27,24 @@ signal.signal(signal.SIGINT, _interrupted_while_importing)
 def main() -> int:
     """Run `specguard` with sys.argv; the exit code (cli.main's)."""
     from specguard.cli import main as cli_main
-    from specguard.usage import EXIT_INTERRUPTED
+    from specguard.usage import interrupted
 
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # cli.main catches it from here
         return cli_main()
     except KeyboardInterrupt:  # in the instant before cli.main's own try
-        print("specguard: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted()
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the answer is in: let the exit finish
 
 
+def run() -> None:
+    """The console script: ``main()``, then the process ends with its exit code at once
+    (usage.exit_now: no interpreter teardown)."""
+    from specguard.usage import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -8,7 +8,8 @@ and shows as one.
 Parsing imports no stage: `--version`, `--help`, `rule`, a mistyped option and
 `watch` never load numpy or ml_dtypes, and a command's own modules are imported
 when it runs (tests/test_startup.py checks the import graph; benchmarks/startup.py
-times it).
+times it), with Ctrl-C deferred to their end (usage.py ``ctrl_c_deferred``: a
+KeyboardInterrupt inside the import machinery is not always one when it comes out).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
 from specguard.errors import SpecguardError, UsageError
-from specguard.usage import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, fail, reader_gone
+from specguard.usage import (
+    EXIT_BAD_INPUT,
+    ArgumentParser,
+    ctrl_c_deferred,
+    exit_now,
+    fail,
+    interrupted,
+    reader_gone,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -52,7 +61,8 @@ def _kept(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) ->
     are imported only when it runs."""
     if not args.remote:
         return run(args)
-    from specguard.commands.replay import run_cached
+    with ctrl_c_deferred():
+        from specguard.commands.replay import run_cached
 
     return run_cached(args, run)
 
@@ -62,7 +72,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from specguard.commands.inspect import run_inspect
+    with ctrl_c_deferred():
+        from specguard.commands.inspect import run_inspect
 
     return run_inspect(args)
 
@@ -72,7 +83,8 @@ def _cmd_route(args: argparse.Namespace) -> int:
 
 
 def _run_route(args: argparse.Namespace) -> int:
-    from specguard.commands.route import run_route
+    with ctrl_c_deferred():
+        from specguard.commands.route import run_route
 
     return run_route(args)
 
@@ -82,38 +94,44 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 
 def _run_lint(args: argparse.Namespace) -> int:
-    from specguard.commands.lint import run_lint
+    with ctrl_c_deferred():
+        from specguard.commands.lint import run_lint
 
     return run_lint(args)
 
 
 def _cmd_rule(args: argparse.Namespace) -> int:
-    from specguard.commands.rule import run_rule
+    with ctrl_c_deferred():
+        from specguard.commands.rule import run_rule
 
     return run_rule(args)
 
 
 def _cmd_fix(args: argparse.Namespace) -> int:
-    from specguard.commands.fix import run_fix
+    with ctrl_c_deferred():
+        from specguard.commands.fix import run_fix
 
     return run_fix(args)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from specguard.commands.report import run_report
+    with ctrl_c_deferred():
+        from specguard.commands.report import run_report
 
     return run_report(args)
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from specguard.commands.watch import run_watch
+    with ctrl_c_deferred():
+        from specguard.commands.watch import run_watch
 
     return run_watch(args)
 
 
 def _demo(argv: list[str]) -> int:
     try:
-        from specguard.refdecoder.demo import main as demo_main
+        with ctrl_c_deferred():
+            from specguard.refdecoder.demo import main as demo_main
     except ModuleNotFoundError as e:
         if e.name != "torch":
             raise
@@ -123,7 +141,8 @@ def _demo(argv: list[str]) -> int:
 
 
 def _factory(argv: list[str]) -> int:
-    from specguard.factory.cli import main as factory_main
+    with ctrl_c_deferred():
+        from specguard.factory.cli import main as factory_main
 
     return factory_main(argv)
 
@@ -258,7 +277,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = _command(sub, "watch", "speculative-decoding health of a running vLLM server, from its /metrics",
                  "--once: a model alerts (0: healthy or too idle to judge; 2 also: the server cannot be watched)")
     if command in (None, "watch"):
-        from specguard.commands.watch import add_arguments
+        with ctrl_c_deferred():
+            from specguard.commands.watch import add_arguments
 
         add_arguments(p)
     p.set_defaults(func=_cmd_watch)
@@ -279,8 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return PASSTHROUGH[argv[0]](argv[1:])
         return _run(argv)
     except KeyboardInterrupt:  # every command leaves nothing half-written; say so in one line
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(PROG)
     except BrokenPipeError:  # `specguard rule --all | head`: the reader has all it wanted
         return reader_gone(0)
 
@@ -331,4 +350,4 @@ def _os_error(e: OSError) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -34,7 +34,6 @@ from specguard.formats.settle import name_convention, settle
 from specguard.formats.sniff import Sniff
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Layout, Role, layer_index, layout_for
-from specguard.layouts.base import alike
 from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
@@ -158,15 +157,20 @@ class Resolver:
         else:
             self._group()
             self._grouped = {}
+        built = self.vllm.layout
+        if built is not self.layout and _same_layout(built, self.layout):
+            # the engine model laid the same config out alike (same family class, same settings: every
+            # name places the same): one placement cache, so no runtime prefix is placed twice
+            self.vllm.layout = self.layout
         self._routes: dict[str, Route] = {}
+        self._canonical: dict[str, str | None] = {}  # ``canonical`` by spelling asked
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
     def _group(self) -> None:
         """Modules by canonical runtime prefix, and every spelling's canonical prefix."""
-        groups = self.layout.group_by_runtime_prefix(self.table.modules)
         # experts of a layer share their placement: each module's ``alike`` name, once
-        keys = {prefix: list(dict.fromkeys(map(alike, names))) for prefix, names in groups.items()}
+        groups, keys = self.layout.grouped(self.table.modules)
         self._keys = [k for ks in keys.values() for k in ks]  # every module's, dropped ones too
         if not self.own_draft:  # stored, never loaded: not part of what this serve builds
             groups = {p: ns for p, ns in groups.items() if not self.layout.role(ns[0]).is_draft}
@@ -224,11 +228,12 @@ class Resolver:
     def canonical(self, prefix: str) -> str | None:
         """The canonical prefix for any spelling, or None: DSpark aliases, an empty
         root (``layers.43...``), the V4.1 wrapper's ``language_model.`` root."""
-        for p in _spellings(prefix):
-            hit = self._alias.get(p) or (p if p in self._groups else None)
-            if hit:
-                return hit
-        return None
+        hit = self._canonical.get(prefix, "")
+        if hit == "":  # every rule asks again for the prefixes it was given: each spelling once
+            hit = self._canonical[prefix] = next(
+                (h for p in _spellings(prefix) if (h := self._alias.get(p) or (p if p in self._groups else None))),
+                None)
+        return hit
 
     def modules(self, prefix: str) -> list[Module]:
         c = self.canonical(prefix)
@@ -382,9 +387,7 @@ class Resolver:
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (self.vllm.v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
-        for pat, hits in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
-            if name not in hits:
-                continue
+        for pat in self._exclusions_hitting.get(name, ()):
             if pat.semantics == FNMATCHCASE and kind != ModuleKind.ROUTED_EXPERTS:
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
@@ -405,6 +408,18 @@ class Resolver:
             hit = self._grouped[key] = [frozenset(index.matching(pat)) for pat in exclusions]
         return hit
 
+    @functools.cached_property
+    def _exclusions_hitting(self) -> dict[str, list]:
+        """``_exclusion_hits`` turned round: by checkpoint module, the entries matching it, in order."""
+        key = ("exclusions by module", self.declared_config.exclusions)
+        hit = self._grouped.get(key)
+        if hit is None:
+            hit = self._grouped[key] = {}
+            for pat, names in zip(self.declared_config.exclusions, self._exclusion_hits, strict=True):
+                for name in names:
+                    hit.setdefault(name, []).append(pat)
+        return hit
+
     def _absent(self, prefix: str) -> Route:
         role = self.layout.role(prefix)
         return Route(prefix, role, ModuleKind.OTHER, None, None, None, (),
@@ -416,7 +431,7 @@ class Resolver:
             return []
         present = self._grouped.get("draft layers")
         if present is None:
-            roles = map(self.layout.role, dict.fromkeys(map(alike, self.table.modules)))  # experts alike
+            roles = map(self.layout.role, dict.fromkeys(self._keys))  # each module's ``alike`` name (_group)
             present = self._grouped["draft layers"] = {r.layer for r in roles if r.is_draft}
         return [layer for layer in self.layout.draft_layers if layer not in present]
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from specguard.errors import SpecguardError, UsageError
 
@@ -42,6 +44,56 @@ def fail(prog: str, error: SpecguardError | str, *, debug: bool = False) -> int:
         traceback.print_exc()
     print(f"{prog}: error: {error}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+@contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Within: a Ctrl-C waits (SIGINT blocked in this thread) and is raised as
+    KeyboardInterrupt on leaving. For imports: importlib's locks and a class's
+    creation are not safe against a KeyboardInterrupt landing inside them (one can
+    leave the import lock held, and a thread importing beside it then waits
+    forever, or turn into a RuntimeError from ``__set_name__``). A thread started
+    within keeps SIGINT blocked for good: the main thread alone answers Ctrl-C."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl-C that waited is raised here
+
+
+def interrupted(prog: str = PROG) -> int:
+    """Ctrl-C's answer: print ``PROG: interrupted`` and return exit code 130.
+
+    A KeyboardInterrupt raised inside ``exec``/``eval`` of a string (dataclasses and
+    namedtuple build their methods so, on a command's lazy imports) sets the
+    interpreter's "unhandled KeyboardInterrupt" flag even though it is caught here, and
+    under ``python -m`` the interpreter then ends the process by SIGINT at exit instead
+    of with this code (CPython 3.11 main.c; tests/test_terminal.py). Every exec of a
+    string clears that flag first: an empty one does only that."""
+    print(f"{prog}: interrupted", file=sys.stderr)
+    exec("")  # clears the flag (see above); nothing runs
+    return EXIT_INTERRUPTED
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once stdout and stderr are flushed, without the
+    interpreter's teardown. The entry points call it with the command's answer: its
+    files are written and its threads joined by then, and tearing down what a remote
+    audit built (40,000 header records, every imported module) cost 60-100 ms of CPU,
+    ~8 % of the run (benchmarks/remote.py), for nothing the user sees."""
+    import signal
+    from contextlib import suppress
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the answer is in: a late Ctrl-C cannot turn it into a traceback
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # a reader gone (``| head``) or a closed stream: nothing more to say
+            stream.flush()
+    os._exit(code)
 
 
 def reader_gone(code: int) -> int:

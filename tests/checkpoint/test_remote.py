@@ -289,9 +289,9 @@ def test_a_remote_inspect_imports_neither_httpx2_nor_numpy(hub_env, monkeypatch)
     assert not loaded & {"httpx2", "httpcore2", "huggingface_hub.utils._headers", "numpy", "ml_dtypes"}
 
 
-def test_ctrl_c_while_reads_are_in_flight_is_one_line_and_exit_130(hub_env, monkeypatch):
-    """Ctrl-C while http.client's reads wait on a slow server (plainhttp.py): they see
-    the stop within hubhttp.POLL, and the command says so in one line."""
+def test_ctrl_c_while_the_reading_runs_ahead_is_one_line_and_exit_130(hub_env, monkeypatch):
+    """The reading starts in a thread of its own while the command imports its stages
+    (remote.py ``prefetch``): Ctrl-C then stops its reads within hubhttp.POLL."""
     import os
     import signal
     import subprocess

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.background import wait_for_install
+
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = {"vllm-0.32": ("vllm-0.32", "torchvision-0.28.0"), "sglang-0.5.23": ("sglang-0.5.23", "triton-3.7.1")}
 
@@ -17,6 +19,7 @@ OVERLAYS = {"vllm-0.32": ("vllm-0.32", "torchvision-0.28.0"), "sglang-0.5.23": (
 def run(engine: str, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` in a fresh process that imports ``engine``'s code (skips the test where
     the overlay is not installed: scripts/test.sh always installs it)."""
+    wait_for_install("SPECGUARD_ENGINES_DONE")  # scripts/test.sh may still be installing them
     dirs = [ROOT / ".engines" / d for d in OVERLAYS[engine]]
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:

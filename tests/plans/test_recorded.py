@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.background import wait_for_install
 from tests.integrations import fresh_vllm, vllm_harness
 
 vllm_harness.set_cpu_env()  # before anything imports vLLM
@@ -33,6 +34,7 @@ def test_plans_match_the_installed_engine(tmp_path):
     pytest.importorskip("vllm")
     from specguard.engines.vllm.recorder import PLANS_DIR, targets
 
+    wait_for_install("SPECGUARD_ENGINES_DONE")  # scripts/test.sh may still be installing it
     if not OVERLAY.is_dir():
         pytest.skip(f"torchvision overlay not installed (bash scripts/engines.sh): {OVERLAY}")
     env = fresh_vllm.fresh_env(**vllm_harness.CPU_ENV, PYTHONPATH=os.pathsep.join([str(ROOT), str(OVERLAY)]))

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
+from tests.background import wait_for_install
 from tests.report.browser import Browser, chromium
-
-
-def wait_for_the_install(limit_s: float = 900.0) -> None:
-    """scripts/test.sh installs chromium in the background while the tests run: its file
-    $SPECGUARD_CHROMIUM_DONE appears when the install is over, whatever its outcome."""
-    done = os.environ.get("SPECGUARD_CHROMIUM_DONE")
-    deadline = time.monotonic() + limit_s
-    while done and not os.path.exists(done) and time.monotonic() < deadline:
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")
 def browser():
-    wait_for_the_install()
+    wait_for_install("SPECGUARD_CHROMIUM_DONE")  # scripts/test.sh may still be installing it
     if chromium() is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: scripts/test.sh installs it (apt-get install chromium)")

@@ -25,6 +25,7 @@ gated, rate-limited).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal
@@ -63,18 +64,26 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
 Progress = Callable[[int, int], None]
 
 
-def open_remote(repo_id: str, revision: str | None, progress: Progress | None = None) -> Checkpoint:
-    """The repo's headers at ``revision``."""
-    return _open(repo_id, revision, progress)
+def open_remote(repo_id: str, revision: str | None, progress: Progress | None = None,
+                stop: threading.Event | None = None) -> Checkpoint:
+    """The repo's headers at ``revision`` (a prefetch of them begun earlier, if one was).
+    ``stop``: set, every read in flight ends within hubhttp.POLL."""
+    begun = _BEGUN.pop((revision_.endpoint(), repo_id, revision), None)
+    if begun is not None:
+        return begun.result(progress)
+    return _open(repo_id, revision, progress, stop)
 
 
-def _open(repo_id: str, revision: str | None, progress: Progress | None) -> Checkpoint:
+def _open(repo_id: str, revision: str | None, progress: Progress | None, stop: threading.Event | None,
+          on_read: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
+    """``on_read``: handed the checkpoint as soon as it is read and validated, before what
+    was read is written to the cache (a prefetch's command goes on meanwhile)."""
     hub = _Hub(repo_id)
     if revision and COMMIT.match(revision):  # a commit names the same bytes forever: no lookup needed
         snapshot = cache.load(cache.snapshot_path(hub.endpoint, repo_id, revision))
         if snapshot is not None:
             return _build(repo_id, revision, snapshot)
-    hub.connect()
+    hub.connect(stop)
     try:
         if cache.seen(hub.endpoint, repo_id):
             looked_up = revision_.RESOLVED.pop((hub.endpoint, repo_id, revision), None)
@@ -90,9 +99,84 @@ def _open(repo_id: str, revision: str | None, progress: Progress | None) -> Chec
         checkpoint = _build(repo_id, commit, snapshot, headers, weights)  # validated before it is cached
     finally:
         hub.close()
-    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
     revision_.READ[(hub.endpoint, repo_id, revision)] = commit
+    if on_read is not None:
+        on_read(checkpoint)
+    cache.save(cache.snapshot_path(hub.endpoint, repo_id, commit), snapshot)
     return checkpoint
+
+
+class _Prefetch:
+    """An open_remote running in a thread of its own: its round trips pass while the
+    command imports the stages that read its answer (benchmarks/remote.py)."""
+
+    def __init__(self, repo_id: str, revision: str | None) -> None:
+        self.stop = threading.Event()
+        self.ready = threading.Event()  # set: ``outcome`` holds the checkpoint or the error
+        self.progress: Progress | None = None
+        self.outcome: tuple[Checkpoint | None, BaseException | None] = (None, None)
+        self.thread = threading.Thread(target=self._run, args=(repo_id, revision), daemon=True,
+                                       name="specguard-prefetch")
+
+    def _run(self, repo_id: str, revision: str | None) -> None:
+        # Every import this thread makes comes before the command takes its result: kept.py's
+        # tempfile is the one left for the cache write after it. From then on, the main thread
+        # may import beside it with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
+        import tempfile  # noqa: F401
+        try:
+            self.outcome = (_open(repo_id, revision, self._report, self.stop, self._read), None)
+        except BaseException as e:  # handed to the command's own open_remote, raised there
+            self.outcome = (None, e)
+        finally:
+            self.ready.set()
+
+    def _read(self, checkpoint: Checkpoint) -> None:
+        self.outcome = (checkpoint, None)
+        self.ready.set()  # the command goes on while the cache is written
+
+    def _report(self, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(done, total)
+
+    def result(self, progress: Progress | None) -> Checkpoint:
+        self.progress = progress
+        try:
+            self.ready.wait()
+        except BaseException:  # Ctrl-C: the reads in flight end within hubhttp.POLL
+            self.cancel()
+            raise
+        checkpoint, error = self.outcome
+        if error is not None:
+            raise error
+        assert checkpoint is not None
+        return checkpoint
+
+    def cancel(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=1.0)
+
+    def __enter__(self) -> _Prefetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        key = next((k for k, v in _BEGUN.items() if v is self), None)
+        if key is not None:  # never asked for
+            del _BEGUN[key]
+            self.cancel()
+        else:  # taken: it may still be writing the cache
+            self.thread.join()
+
+
+_BEGUN: dict[tuple[str, str, str | None], _Prefetch] = {}
+
+
+def prefetch(repo_id: str, revision: str | None) -> _Prefetch:
+    """open_remote(repo_id, revision) started in a thread; the command's own call takes its
+    result. Use it as a context: on the way out, one the command never asked for is
+    stopped, and a taken one's cache write is waited for."""
+    begun = _BEGUN[(revision_.endpoint(), repo_id, revision)] = _Prefetch(repo_id, revision)
+    begun.thread.start()
+    return begun
 
 
 def lookup(repo_id: str, revision: str | None) -> tuple[str, bool]:
@@ -114,7 +198,7 @@ class _Hub:
         self.endpoint = revision_.endpoint()
         self.session: Session | None = None
 
-    def connect(self) -> None:
+    def connect(self, stop: threading.Event | None = None) -> None:
         from huggingface_hub import constants
 
         if constants.is_offline_mode():
@@ -129,7 +213,8 @@ class _Hub:
 
             headers = build_hf_headers()  # carries HF_TOKEN or the saved login token
         self.token = "authorization" in {k.lower() for k in headers}
-        self.session = Session(self.repo_id, headers, connections=POOL, plain=plain)
+        self.session = Session(self.repo_id, headers, connections=POOL, plain=plain,
+                               stop=stop or threading.Event())
 
     def close(self) -> None:
         if self.session is not None:

@@ -43,12 +43,19 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
+    from specguard.usage import ctrl_c_deferred
+
+    with ctrl_c_deferred():  # the reading's thread starts with SIGINT blocked: Ctrl-C stays the main thread's
+        from specguard.checkpoint.remote import prefetch
+
+        reading = prefetch(args.source, args.revision)  # under way while the command imports its stages
     out, err = _Recorder(sys.stdout, False), _Recorder(sys.stderr, True)
     chunks: list[tuple[bool, str]] = []
     out.chunks = err.chunks = chunks
     sys.stdout, sys.stderr = out, err
     try:
-        code = run(args)
+        with reading:
+            code = run(args)
     finally:
         sys.stdout, sys.stderr = out.stream, err.stream
     read = read_at(args.source, args.revision)

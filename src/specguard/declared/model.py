@@ -256,14 +256,37 @@ class Declared:
             return DeclaredScheme(self.unquantized, "norms and mixing parameters are never quantized")
         claim = self._scheme_for(name, kind)
         if shards and claim.pattern is None:
-            hits = [next((x for x in self.patterns if x.effect == UNQUANTIZED and x.matches_shard(sh)), None)
-                    for sh in shards]
+            hits = list(map(self._shard_hit, shards))
             if all(hits):
                 return DeclaredScheme(self.unquantized, " and ".join(dict.fromkeys(str(h) for h in hits)), hits[0])
         return claim
 
     def _scheme_for(self, name: str, kind: str) -> DeclaredScheme:
         return DeclaredScheme(self.unquantized, f"{self.origin}: no quantization")
+
+    def _shard_hit(self, shard: str) -> Pattern | None:
+        """The first unquantizing entry that matches ``shard`` (``Pattern.matches_shard``): an
+        exact entry found by one dict lookup, a compressed-tensors one by its test in order."""
+        exact, tested = self._shard_entries
+        i = exact.get(shard, len(self.patterns))
+        return next((x for j, x in tested if j < i and x.matches_shard(shard)),
+                    self.patterns[i] if i < len(self.patterns) else None)
+
+    @cached_property
+    def _shard_entries(self) -> tuple[dict[str, int], tuple[tuple[int, Pattern], ...]]:
+        """By name, the first unquantizing entry that names it exactly (``matches_shard``'s
+        equality test); and, in order, the entries whose shard test is not one (``re:``)."""
+        exact: dict[str, int] = {}
+        tested: list[tuple[int, Pattern]] = []
+        for i, x in enumerate(self.patterns):
+            if x.effect != UNQUANTIZED:
+                continue
+            if x.semantics in (VLLM_EXACT, MODELOPT_EXCLUDE):
+                for name in x.modelopt_entries[0] if x.semantics == MODELOPT_EXCLUDE else (x.text,):
+                    exact.setdefault(name, i)
+            elif x.semantics == CT_MATCH:
+                tested.append((i, x))
+        return exact, tuple(tested)
 
     def _first(self, name: str, kind: str | None, effects: tuple[Effect, ...]) -> Pattern | None:
         return next((x for x in self.patterns if x.effect in effects and x.applies(name, kind)), None)

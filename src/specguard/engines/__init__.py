@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specguard.formats.scheme import Scheme
 from specguard.formats.table import Module
+
+if TYPE_CHECKING:
+    from specguard.layouts import Layout
 
 NOT_MODELLED = "unknown"  # EngineChoice.method where specguard has no model of what the engine builds
 NO_PLAN = "no plan"  # EngineChoice.method where no plan or family model says what is built
@@ -56,6 +59,8 @@ class EngineModel(Protocol):
 
     name: str  # the modelled engine and version, as messages print it ("vLLM 0.33")
     platforms: tuple[str, ...]  # the platform classes that pick what it builds ("cuda", "rocm", "cpu")
+    # how it lays the config out (the Resolver hands it its own where the two are the same: one cache)
+    layout: Layout
 
     # Name facts other stages ask the engine (they import no engine module). An engine
     # without DeepSeek-V4.1's ``ignore`` reading answers None; without renames, the pattern.

@@ -10,8 +10,8 @@ tensors instead of a Python loop over 100,000 small arrays (benchmarks/lint.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class ScaleColumn:
 
 @dataclass(frozen=True)
 class ScaleSamples:
-    names: list[str]  # tensor name per index
+    tensors: list[TensorInfo]  # per index (its name: ``names_of``, only for the few a finding names)
     modules: list[str]
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
     params: np.ndarray  # parameter suffix per index (object array)
@@ -46,7 +46,7 @@ class ScaleSamples:
     columns: list[ScaleColumn]
 
     def names_of(self, idx) -> list[str]:
-        return [self.names[i] for i in idx]
+        return [self.tensors[i].name for i in idx]
 
 
 def read_scales(r: Resolver) -> ScaleSamples:
@@ -85,13 +85,13 @@ def read_scales(r: Resolver) -> ScaleSamples:
     buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
-    layers = [m.split(".experts.")[0] for m in owners]  # once per module, not per scale
+    layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module
     layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
     siblings = (layer_of[np.array(owner_of, dtype=np.int64)] * len(param_ids)
                 + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
-    return ScaleSamples(list(map(attrgetter("name"), tensors)), modules, siblings, np.array(params, dtype=object),
+    return ScaleSamples(tensors, modules, siblings, np.array(params, dtype=object),
                         per_tensor, columns)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import attrgetter
 
 import numpy as np
 
@@ -42,8 +43,8 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
         return
     samples = ctx.scales(r)
     # each per-tensor global scale's first element, gathered column by column (no loop over every scale)
-    first = np.zeros(len(samples.names), dtype=np.float64)
-    read = np.zeros(len(samples.names), dtype=bool)  # a float scale with an element read
+    first = np.zeros(len(samples.tensors), dtype=np.float64)
+    read = np.zeros(len(samples.tensors), dtype=bool)  # a float scale with an element read
     for col in samples.columns:
         if col.dtype in ("F32", "BF16", "F16"):
             first[col.owners] = col.values[col.starts]
@@ -77,6 +78,8 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
         )
 
 
+_SCHEME = attrgetter("scheme")
+
 SG502 = rule("SG502", "group-size-does-not-divide", WARNING,
       "A group or block size does not divide the dimension it tiles, so the last group is partial.")
 
@@ -86,7 +89,15 @@ def group_divides(ctx: LintContext) -> Iterator[Finding]:
     partial: list[str] = []
     broken: list[str] = []
     for r in ctx.resolvers:
-        for m in r.table:
+        # modules share few scheme objects (a layer's experts: one): the modules whose scheme can
+        # give a finding, picked by a C-level map over the table, are the only ones looked at
+        stored = list(map(_SCHEME, r.table))
+        schemes = dict(zip(map(id, stored), stored, strict=True))
+        tiled = {k for k, sc in schemes.items() if (sc.format == s.FP8_BLOCK and sc.block)
+                 or (sc.format in (s.INT4_GROUP, s.INT8_GROUP) and sc.group_size is None)}
+        if not tiled:
+            continue
+        for m in (m for m, sc in zip(r.table, stored, strict=True) if id(sc) in tiled):
             sc = m.scheme
             w = m.params.get("weight") or m.params.get("weight_packed") or m.params.get("qweight")
             if w is None or len(w.shape) < 2:

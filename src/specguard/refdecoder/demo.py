@@ -37,8 +37,8 @@ from specguard.refdecoder.corpus import held_out_sample, prompts_sha256
 from specguard.refdecoder.policies import POLICIES, Loaded, LoadFailure, export_scenario, load_policy, reference
 from specguard.refdecoder.specdec import Runner, SpecStats, cache_size
 from specguard.terminal import console, escape, percent, plural, print_table
-from specguard.usage import EXIT_INTERRUPTED, ArgumentParser, fail
 from specguard.usage import PROG as ERROR_PREFIX
+from specguard.usage import ArgumentParser, fail, interrupted
 
 DEMO_SCENARIOS = {
     "s1": "S1: NVFP4 conversion, MTP draft experts stored MXFP4, misleading global config",
@@ -430,5 +430,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print(f"{ERROR_PREFIX}: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupted(ERROR_PREFIX))

@@ -254,6 +254,7 @@ class Vllm033:
         # where it has the answer, the hand-written rules below are not asked.
         self.plan: plans.Plan | None = self._recorded_plan(config, draft_config)
         self._no_plan = self.no_plan()
+        self._excludes: dict[str, tuple[str, ...]] = {}  # modelopt_excludes by model, once each
 
     def _recorded_plan(self, config: Mapping[str, Any], draft_config: Mapping[str, Any] | None) -> plans.Plan | None:
         """The plan recorded for this target and the draft it is served with, where it describes
@@ -697,11 +698,13 @@ class Vllm033:
         ``x*`` -> ``x``, ``x.*`` rewrite, then the model's renames) runs only when
         the model class has a class-level ``hf_to_vllm_mapper`` -- DeepSeek-V4's
         does, DeepSeek-V2/V3's and the V4.1 VL wrapper's do not."""
-        d, _ = self._declared(model)
-        raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
-        if not self.v4_mapper_applies(model):
-            return tuple(raw)
-        return tuple(deepseek_v4_rename(x) for x in modelopt_rewrite(raw))
+        hit = self._excludes.get(model)  # asked per layer (hundreds per lint); the config is fixed
+        if hit is None:
+            d, _ = self._declared(model)
+            raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+            hit = self._excludes[model] = (tuple(raw) if not self.v4_mapper_applies(model)
+                                           else tuple(deepseek_v4_rename(x) for x in modelopt_rewrite(raw)))
+        return hit
 
     def _modelopt(self, d: ModelOptDeclared, cls: str, prefix: str, kind: str, model: str) -> EngineChoice:
         """modelopt.py ``ModelOptQuantConfigBase.get_quant_method`` (and the MIXED_PRECISION one)."""
