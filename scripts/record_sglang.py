@@ -12,6 +12,8 @@ qwen3_5.json (Qwen3.5 MTP: the published Qwen3.8 FP8 copies and an NVFP4 export 
 eagle.json (the published EAGLE-3 drafter of Llama-3.1-8B, alone and as an FP8 drafter whose
 ignored_layers name vLLM's prefixes, before and after ``specguard fix --engine all``),
 gpt_oss.json (gpt-oss-20b, Mxfp4Config), compressed_tensors.json (S2, GLM-4.5-Air FP8).
+In the same start, S8-NVFP4's draft model is built by SGLang's loader and loaded (``LOADS``;
+deepseek_v4.json ``model``), and each DSpark case's draft config parsed (``dspark``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from specguard.factory import write_scenario
 from specguard.resolve import Resolver
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "tests/data/published/deepseek-v4-flash/config.json"
+V3 = PUBLISHED.parents[1] / "deepseek-v3-fp8/config.json"
+# cases whose draft model SGLang also builds and loads (recorder.py _load_facts): S8-NVFP4, a
+# ModelOpt NVFP4 DeepSeek-V3 whose NextN layer stores NVFP4 MLP weights
+LOADS = ("s8-nvfp4",)
 SCENARIOS = ("s1", "s1-dspark", "s3", "s8", "s8-nvfp4", "s6")
 # GLM-4-MoE NextN: the published GLM-4.7 NVFP4 copies, 4 main layers + the nextn layer
 GLM = ("glm-4.7-nvfp4", "glm-4.7-nvfp4-mtp-not-excluded", "glm-4.7-nvfp4-mtp-excluded-by-checkpoint-names")
@@ -78,6 +84,12 @@ def _complete(config_path: Path, v41: bool = False, **quant: object) -> None:
     config.setdefault("compress_ratios", [0] * layers)
     if quant:
         config["quantization_config"] = {**config["quantization_config"], **quant}
+    config_path.write_text(json.dumps(config, indent=1))
+
+
+def _complete_rope(config_path: Path) -> None:
+    config = json.loads(config_path.read_text())
+    config.setdefault("rope_scaling", json.loads(V3.read_text())["rope_scaling"])
     config_path.write_text(json.dumps(config, indent=1))
 
 
@@ -131,6 +143,8 @@ def cases(root: Path) -> dict[str, tuple[Path, str, tuple[str, ...]]]:
     for name in SCENARIOS:
         write_scenario(name, root / name)
         _complete(root / name / "config.json")
+        if name in LOADS:  # the published V3 rope_scaling, which SGLang's CPU rotary embedding needs
+            _complete_rope(root / name / "config.json")
         out[name] = (root / name, "DSPARK" if "dspark" in name else "EAGLE", _prefixes(root / name))
     # DeepSeek-V4.1: the same checkpoints declared deepseek_v41 / DeepseekV41ForCausalLM (as the
     # vLLM tests declare V4.1); SGLang builds them with its V4 classes, DSpark or NextN by its own rule
@@ -171,7 +185,7 @@ def sglang_names(published, root: Path) -> Path:
 def main(argv: list[str]) -> int:
     out_dir = Path(argv[0]) if argv else PLANS_DIR
     with tempfile.TemporaryDirectory() as tmp:
-        recorded = record_all(cases(Path(tmp)))
+        recorded = record_all(cases(Path(tmp)), loads=LOADS)
     out_dir.mkdir(parents=True, exist_ok=True)
     for file, wanted in FILES.items():
         part = {**recorded, "cases": {k: v for k, v in recorded["cases"].items() if wanted(k)}}

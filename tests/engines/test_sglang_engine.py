@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from specguard.cli import main
 from specguard.formats import scheme as s
 from specguard.layouts import roles as r
-from specguard.resolve import MISROUTED, OK, UNKNOWN, Resolver
+from specguard.resolve import MISROUTED, OK, REFUSED, UNKNOWN, Resolver
 from tests.engines import overlays
 
 KEY = "sglang-0.5.23"
@@ -74,6 +75,9 @@ def _sglang_expert_format(case: str, prefix: str) -> str:
     if qc["class"] is None or (glm_draft and qc["class"] == GLM_DRAFT_DROPS):
         return s.BF16
     draft = RECORD[case]["draft"]
+    built = draft.get("model", {}).get("built", {})  # the draft model SGLang built (recorder.py _load_facts)
+    if prefix in built:
+        return s.BF16 if built[prefix].endswith(("UnquantizedFusedMoEMethod", "UnquantizedLinearMethod")) else s.NVFP4
     if "model_quant_config" in draft and prefix.startswith("mtp.") and draft["model_quant_config"] is None:
         return s.BF16  # qwen3_5_mtp.py _mtp_quant_config (recorded): the MTP builds without a quant config
     hit = qc["prefixes"][prefix]
@@ -91,6 +95,9 @@ def test_routed_experts_route_as_sglang_decided(cases: dict[str, Path], case: st
     experts = [rt for rt in _resolver(cases[case]).routes() if rt.kind == r.ROUTED_EXPERTS]
     assert experts
     for rt in experts:
+        if rt.verdict == REFUSED:  # SGLang stops before serving them (recorded: dspark ``refuses``)
+            assert RECORD[case]["draft"]["dspark"]["refuses"] and rt.prefix.startswith("stages."), rt.prefix
+            continue
         want = _sglang_expert_format(case, rt.prefix)
         assert rt.vllm is not None and rt.vllm.scheme.format == want, rt.prefix
         assert rt.stored is not None
@@ -119,7 +126,9 @@ def test_s1_sglang_misroutes_the_target_and_loads_the_draft(cases: dict[str, Pat
     assert s1["model.decoder.mlp.experts"] == OK
     assert sorted(p for p, v in s1.items() if v != OK) == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
     dspark = _verdicts(cases["s1-dspark"])
-    assert {dspark[f"stages.{k}.mlp.experts"] for k in range(3)} == {OK}
+    # S1-DSpark declares no Markov head: SGLang's DSpark refuses it (recorded ``dspark.refuses``)
+    assert RECORD["s1-dspark"]["draft"]["dspark"]["refuses"].startswith("ValueError: DSpark V4 draft requires")
+    assert {dspark[f"stages.{k}.mlp.experts"] for k in range(3)} == {REFUSED}
     assert dspark["model.layers.0.mlp.experts"] == MISROUTED
     # the hybrid export (MIXED_PRECISION): NVFP4 target, draft prefixes excluded -> both halves right
     assert set(_verdicts(cases["s1-hybrid"]).values()) == {OK}
@@ -130,19 +139,51 @@ def test_native_and_bf16_checkpoints_load_as_stored(cases: dict[str, Path], case
     assert set(_verdicts(cases[case]).values()) == {OK}
 
 
-def test_an_exclusion_written_for_vllm_prefixes_matches_nothing_under_sglang(cases: dict[str, Path]) -> None:
-    """S8-NVFP4 (DeepSeek-V3, ModelOpt) excludes its BF16 MTP attention as
-    ``model.layers.2.self_attn*``: vLLM builds the MTP layer there, SGLang as
-    ``model.decoder.self_attn.*``, where SGLang's own ``is_layer_excluded`` (recorded) matches
-    nothing, so it builds ModelOptFp4LinearMethod over BF16 bytes."""
-    path = cases["s8-nvfp4"]
-    sglang = _verdicts(path)
-    vllm = {rt.prefix: rt.verdict for rt in Resolver.open(path, engine="vllm-0.33").routes()}
-    assert vllm["model.layers.2.self_attn.o_proj"] == OK
-    assert sglang["model.decoder.self_attn.o_proj"] == MISROUTED
-    assert RECORD["s8-nvfp4"]["draft"]["quant_config"]["prefixes"]["model.decoder.self_attn.o_proj"][
-        "nvfp4_excluded"] is False
-    assert sglang["model.layers.1.self_attn.o_proj"] == OK  # the target's own names do match
+def test_sglang_builds_the_deepseek_v3_nextn_draft_without_the_modelopt_config(cases: dict[str, Path],
+                                                                               capsys) -> None:
+    """S8-NVFP4 (DeepSeek-V3, ModelOpt NVFP4, its NextN attention BF16, its MLP NVFP4): SGLang's
+    DeepseekModelNextN drops a modelopt_fp4 quant config (deepseek_nextn.py), so the draft is built
+    unquantized whatever the exclusion list says. Recorded by building SGLang's draft model and running
+    its load_weights: the BF16 attention loads, the NVFP4 shared experts' scales have no parameter and
+    the load stops (KeyError). Before: a ModelOpt NVFP4 draft was assumed, with SG203 on the attention
+    and an SG701 "AssertionError" inferred from vLLM's loader."""
+    model = RECORD["s8-nvfp4"]["draft"]["model"]
+    assert model["built"]["model.decoder.self_attn.o_proj"].endswith("UnquantizedLinearMethod")
+    assert model["built"]["model.decoder.mlp.experts"].endswith("UnquantizedFusedMoEMethod")
+    assert model["load"] == "KeyError: 'model.decoder.mlp.shared_experts.gate_up_proj.input_scale'"
+    sglang = _verdicts(cases["s8-nvfp4"])
+    assert sglang["model.decoder.self_attn.o_proj"] == OK
+    assert sglang["model.decoder.mlp.experts"] == MISROUTED
+    assert sglang["model.decoder.mlp.shared_experts.gate_up_proj"] == REFUSED
+    assert main(["lint", str(cases["s8-nvfp4"]), "--engine", KEY, "--format", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    codes = {f["code"] for f in found}
+    assert "SG203" not in codes and "SG101" not in codes
+    (refusal,) = [f for f in found if f["code"] == "SG701"]
+    assert refusal["raises"] == model["load"]  # the recorded exception, not an inference
+
+
+def test_dspark_stages_sglang_never_builds_are_not_built(cases: dict[str, Path], tmp_path: Path) -> None:
+    """SGLang builds one DSpark stage per ``dspark_target_layer_ids`` entry (deepseek_v4_dspark.py;
+    recorded: ``parse_dspark_draft_config`` gives S1-DSpark's two ids, two stages). S1-DSpark stores 3:
+    with the Markov head SGLang requires declared (``dspark_markov_rank``, as the published DSpark
+    configs carry it), stage 2 is not built (load_weights drops it), stages 0-1 route as before.
+    Before: SGLang was modelled with vLLM's count, 3 stages built."""
+    recorded = RECORD["s1-dspark"]["draft"]["dspark"]
+    assert (recorded["target_layer_ids"], recorded["stages"], recorded["markov_rank"]) == ([0, 1], 2, 0)
+    model: Any = _resolver(cases["s1-dspark"]).vllm
+    assert model.dspark_stages() == recorded["stages"]
+    src = cases["s1-dspark"]
+    path = tmp_path / "s1d-markov"
+    shutil.copytree(src, path)
+    config = json.loads((path / "config.json").read_text())
+    config["dspark_markov_rank"] = 256
+    (path / "config.json").write_text(json.dumps(config))
+    routes = {rt.prefix: rt for rt in _resolver(path).routes()}
+    assert routes["stages.2.mlp.experts"].vllm.method == "not built"
+    assert routes["stages.2.self_attn.wq_b"].vllm.method == "not built"
+    assert routes["stages.1.mlp.experts"].verdict == OK and routes["stages.1.mlp.experts"].vllm.method != "not built"
+    assert REFUSED not in {rt.verdict for rt in routes.values()}
 
 
 def test_route_engine_all_on_s1_shows_where_sglang_and_vllm_differ(cases: dict[str, Path], capsys,

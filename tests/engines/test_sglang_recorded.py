@@ -1,5 +1,5 @@
-"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, GLM-4.7 NVFP4 and Qwen3.8 published copies,
-the EAGLE-3 drafter of Llama-3.1-8B),
+"""SGLang 0.5.23's decisions (DeepSeek-V4/V3 factory cases, S8-NVFP4's draft model built and loaded,
+DSpark draft configs parsed, GLM-4.7 NVFP4 and Qwen3.8 published copies, the EAGLE-3 drafter of Llama-3.1-8B),
 recorded from its own code (engines/sglang/recorder.py),
 equal what the installed SGLang decides now: one SGLang start, in a fresh process under its
 overlay (docs/engines.md), over the same factory cases. Re-record with scripts/record_sglang.py."""

@@ -56,8 +56,9 @@ def test_recorded_v41_is_built_by_sglangs_v4_classes() -> None:
 
 def test_v41_routes_as_sglang_builds_it(v41: dict[str, Path]) -> None:
     """S1-DSpark as V4.1: SGLang builds every routed-expert layer MXFP4 as for V4 (the target's NVFP4
-    experts misrouted, the DSpark stages as stored); S3 as V4.1: its MTP layer is SGLang's NextN
-    draft (``model.decoder``), loaded as stored, where vLLM lays it out as a DSpark stage."""
+    experts misrouted, the DSpark stages refused as for V4: no dspark_markov_rank); S3 as V4.1: its
+    MTP layer is SGLang's NextN draft (``model.decoder``), loaded as stored, where vLLM lays it out
+    as a DSpark stage."""
     routes = {rt.prefix: rt.verdict for rt in Resolver.open(v41["s1-dspark"], engine=KEY).routes()}
     v4 = {rt.prefix: rt.verdict for rt in Resolver.open(_v4_copy(v41["s1-dspark"]), engine=KEY).routes()}
     assert routes == v4 and UNKNOWN not in routes.values()

@@ -309,9 +309,10 @@ def test_modelopt_exclusions_go_where_the_claim_lives(scenarios, tmp_path: Path,
     assert fix(src, out) == 0
     assert _route_and_lint(out, "cuda", False) == (0, 0)
     changed = sorted(p.name for p in out.iterdir() if p.stat().st_ino != (src / p.name).resolve().stat().st_ino)
-    if config_json:
-        assert changed == ["config.json"]
+    if config_json:  # the engines read config.json's list; hf_quant_config.json's is edited alike (no SG103)
+        assert changed == ["config.json", "hf_quant_config.json"]
         entries = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+        assert json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"] == entries
     else:
         assert changed == ["hf_quant_config.json"]
         entries = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]

@@ -85,13 +85,14 @@ def test_fix_for_033_has_nothing_to_repair(s8x: Path, tmp_path: Path, capsys: py
     assert "nothing to repair" in capsys.readouterr().out and not out.exists()
 
 
-def test_fix_all_engines_is_verified_under_each(s8x: Path, tmp_path: Path,
+def test_fix_all_engines_is_verified_under_each(glm_both_files: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """(S8-NVFP4 served this before; SGLang's draft of it is now unrepairable, test below.)"""
     out = tmp_path / "out"
-    assert main(["fix", str(s8x), "--out", str(out), "--engine", "all"]) == 0
+    assert main(["fix", str(glm_both_files), "--out", str(out), "--engine", "all"]) == 0
     text = capsys.readouterr().out
-    assert "misrouted on vLLM 0.32 (cuda, rocm, cpu)" in text
-    assert "ok on vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (cuda, rocm, cpu)" in text
+    assert "misrouted on vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (cuda, rocm, cpu), SGLang 0.5.23 (cuda)" in text
+    assert "ok on vLLM 0.33 (cuda, rocm, cpu), vLLM 0.32 (cuda, rocm, cpu), SGLang 0.5.23 (cuda)" in text
     for engine in ENGINES:
         for platform in ("cuda", "rocm", "cpu"):
             assert _verdicts(out, engine, platform) == {OK}, (engine, platform)
@@ -158,22 +159,21 @@ def test_unvouched_modules_are_left_and_named(scenarios, tmp_path: Path,
     assert not again.exists()
 
 
-def test_fix_all_keeps_an_entry_another_engine_excludes_by(scenarios, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """S8-NVFP4's ``model.layers.2.self_attn*`` matches nothing under SGLang's prefixes (it builds
-    the MTP layer as ``model.decoder.*``) but is what vLLM excludes the BF16 MTP attention by: the
-    repair for every engine adds SGLang's names and keeps vLLM's entry (before: it dropped it as
-    dead and then refused, vLLM 0.33 "still misrouted after the repair")."""
+def test_fix_all_on_s8_nvfp4_names_the_draft_sglang_builds_without_its_quant_config(
+        scenarios, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """S8-NVFP4 loads as stored under both vLLM versions; SGLang builds its NextN draft without the
+    modelopt_fp4 config (deepseek_nextn.py; recorded: deepseek_v4.json ``s8-nvfp4`` ``model``), so its
+    NVFP4 MLP is misrouted and no config edit repairs it: `fix --engine all` exits 2 naming SGLang and
+    writes nothing (before: SGLang was modelled building the draft NVFP4, and the repair added
+    ``model.decoder.self_attn.*`` entries that SGLang never reads for this draft)."""
     src, engines = scenarios["s8-nvfp4"].path, registry.keys()
     assert {e: _verdicts(src, e) for e in engines} == {
-        "vllm-0.33": {OK}, "vllm-0.32": {OK}, "sglang-0.5.23": {OK, "misrouted"}}
+        "vllm-0.33": {OK}, "vllm-0.32": {OK}, "sglang-0.5.23": {OK, "misrouted", "refused"}}
     out = tmp_path / "out"
-    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 0
-    capsys.readouterr()
-    ignore = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
-    assert "model.layers.2.self_attn*" in ignore and "model.decoder.self_attn.o_proj" in ignore
-    for engine in engines:  # re-routed under each engine: every module as stored
-        assert _verdicts(out, engine) == {OK}, engine
+    assert main(["fix", str(src), "--out", str(out), "--engine", "all"]) == 2
+    err = capsys.readouterr().err
+    assert "SGLang 0.5.23" in err and "model.decoder.mlp" in err and "deepseek_nextn.py" in err
+    assert not out.exists()
 
 
 def test_fix_all_repairs_s6_bf16_with_the_shard_names_sglang_matches(scenarios, tmp_path: Path,
@@ -221,3 +221,61 @@ def test_fix_extends_the_modules_to_not_convert_list_the_engines_read(tmp_path: 
     assert {"mtp.fc", "mtp.layers.0.self_attn.qkv_proj", "mtp.layers.0.self_attn.q_proj"} <= listed
     for engine in registry.keys():  # noqa: SIM118 (a function, not a dict)
         assert _verdicts(out, engine) == {OK}, engine
+
+
+def _published_builder():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("published_sparse", root / "scripts/published_sparse.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_sparse", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def glm_both_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The published GLM-4.7 NVFP4 copy (4 layers + its BF16 NextN layer) as ModelOpt >= 0.31 exports it:
+    the claim in config.json's ``quantization_config`` too (vLLM transformers_utils/config.py
+    ``get_config``: "ModelOpt 0.31.0 and after saves the quantization config in the model config file"),
+    hf_quant_config.json beside it; one layer's BF16 attention entry lost from both lists."""
+    path = _published_builder().build("glm-4.7-nvfp4", tmp_path_factory.mktemp("glm2") / "glm", 4)
+    hf = json.loads((path / "hf_quant_config.json").read_text())
+    hf["quantization"]["exclude_modules"].remove("model.layers.1.self_attn*")
+    (path / "hf_quant_config.json").write_text(json.dumps(hf))
+    config = json.loads((path / "config.json").read_text())
+    q = hf["quantization"]
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": q["quant_algo"],
+                                     "group_size": q["group_size"], "producer": hf["producer"],
+                                     "ignore": list(q["exclude_modules"])}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("engine", ["vllm-0.33", "vllm-0.32", "sglang-0.5.23", "all"])
+def test_fix_keeps_hf_quant_config_json_saying_what_config_json_says(glm_both_files: Path, tmp_path: Path,
+                                                                     engine: str, capsys) -> None:
+    """Both engines read config.json's list and not hf_quant_config.json's when config.json has one
+    (vLLM transformers_utils/config.py ``get_config``; SGLang configs/model_config.py
+    ``_parse_quant_hf_config``); other readers the standalone file. `fix` edits both alike, so lint
+    has no SG103 left under any engine and lint's printed fix names both files (before: config.json
+    only; the fixed output then kept an SG103 warning under SGLang and an SG103 error under vLLM)."""
+    src = glm_both_files
+    assert main(["lint", str(src), "--engine", "sglang-0.5.23", "--format", "json"]) == 1
+    printed = [e for f in json.loads(capsys.readouterr().out)["findings"] for e in f["edits"]]
+    assert {e["file"] for e in printed} == {"config.json", "hf_quant_config.json"}
+    out = tmp_path / "out"
+    assert main(["fix", str(src), "--out", str(out), "--engine", engine]) == 0
+    capsys.readouterr()
+    config = json.loads((out / "config.json").read_text())["quantization_config"]["ignore"]
+    hf = json.loads((out / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert hf == config and "lm_head" in hf
+    for lint_engine in registry.keys():  # noqa: SIM118 (a function, not a dict): no SG103 under any engine
+        main(["lint", str(out), "--engine", lint_engine, "--format", "json"])
+        codes = {f["code"] for f in json.loads(capsys.readouterr().out)["findings"]}
+        assert "SG103" not in codes, (engine, lint_engine)
+        if engine in ("all", lint_engine):
+            assert _verdicts(out, lint_engine) == {OK}, lint_engine

@@ -86,12 +86,14 @@ def split_name(name: str, gpt_oss_stems: frozenset[str] = frozenset()) -> tuple[
 def group_tensors(tensors: Iterable[TensorInfo]) -> dict[str, ModuleTensors]:
     """Modules in first-seen order, each with its parameters."""
     tensors = list(tensors)
-    stems = frozenset(t.name[: -len("_blocks")] for t in tensors if t.name.endswith("_blocks"))
+    stems: frozenset[str] | None = None  # gpt-oss's, found on the first name that needs them (most never do)
     grouped: dict[str, dict[str, TensorInfo]] = {}
     suffixes = PARAM_SUFFIXES
     for t in tensors:  # hot loop (one pass per tensor): split_name's common case inlined
         module, dot, last = t.name.rpartition(".")
         if not (dot and last in suffixes):
+            if stems is None:
+                stems = frozenset(u.name[: -len("_blocks")] for u in tensors if u.name.endswith("_blocks"))
             module, last = split_name(t.name, stems)
         grouped.setdefault(module, {})[last] = t
     return {m: ModuleTensors(m, params) for m, params in grouped.items()}

@@ -23,7 +23,11 @@ class Module:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for t in self.params.values())
+        n = 0
+        for t in self.params.values():  # TensorInfo.nbytes inlined: inspect sums 10,000s of modules
+            begin, end = t.data_offsets
+            n += end - begin
+        return n
 
     def tensor_names(self) -> list[str]:
         return [t.name for t in self.params.values()]

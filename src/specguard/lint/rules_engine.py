@@ -25,7 +25,9 @@ SG701 = rule("SG701", "engine-will-not-start", ERROR,
 @SG701
 def will_not_start(ctx: LintContext) -> Iterator[Finding]:
     for res in ctx.resolvers:
-        for why in [*res.vllm.refusals(res.table.modules), *_packed_over_unpacked(ctx.routes(res))]:
+        # the packed-parameter inference restates vLLM's loader; SGLang's refusals are its own (recorded)
+        packed = _packed_over_unpacked(ctx.routes(res)) if res.vllm.name.startswith("vLLM") else []
+        for why in [*res.vllm.refusals(res.table.modules), *packed]:
             where = f": {describe(why.names)}" if why.names else ""
             yield SG701.finding(f"{res.vllm.name} will not start: it stops at {why.stage} with {why.raises}, because "
                 f"{why.because}{where}",

@@ -179,12 +179,34 @@ class Overlay:
         if new:
             self.changes.append(Change(why, ConfigEdit(file, (*path, key), "extend", new), prefixes=tuple(prefixes),
                                        applicability=applicability, platforms=tuple(platforms)))
+            self._mirror(file, key, "extend", new, why, prefixes, applicability, platforms)
 
     def drop_entries(self, key: str, entries: Sequence[str], why: str, pattern: str | None = None) -> None:
         block, file, path = self.quant_block()
         gone = [e for e in _entries(block, key) if e in entries]
         if gone:
             self.changes.append(Change(why, ConfigEdit(file, (*path, key), "discard", gone), pattern=pattern))
+            self._mirror(file, key, "discard", gone, why, pattern=pattern)
+
+    def _mirror(self, file: str, key: str, op: str, entries: Sequence[str], why: str, prefixes: Sequence[str] = (),
+                applicability: Applicability = Applicability.SAFE, platforms: Sequence[str] = (),
+                pattern: str | None = None) -> None:
+        """The same change to hf_quant_config.json's ModelOpt list where config.json holds the claim
+        and the export keeps both (ModelOpt writes both files): vLLM and SGLang read config.json's
+        only (vllm transformers_utils/config.py ``get_config``; sglang configs/model_config.py
+        ``_parse_quant_hf_config``: hf_quant_config.json only without it), other readers the
+        standalone file, and lint's SG103 compares them. The two lists then say one thing."""
+        hf = self.hf_quant_config
+        q = hf.get("quantization") if isinstance(hf, dict) else None
+        if file != CONFIG_JSON or key not in MODELOPT_LISTS or not isinstance(q, dict) \
+                or not isinstance(q.get("exclude_modules"), list):
+            return
+        have = q["exclude_modules"]
+        values = [e for e in entries if (e not in have) == (op == "extend")]
+        if values:
+            self.changes.append(Change(why, ConfigEdit(HF_QUANT_JSON, ("quantization", "exclude_modules"), op, values),
+                                       prefixes=tuple(prefixes), applicability=applicability,
+                                       platforms=tuple(platforms), pattern=pattern))
 
     def set_quant_key(self, key: str, value: Any, why: str, prefixes: Sequence[str] = ()) -> None:
         """A key of the quantization block itself (GPTQ's ``dynamic``), replaced whole."""
@@ -399,6 +421,10 @@ def plan_for(resolvers_by_platform: Sequence[tuple[str, Sequence[Resolver]]], *,
         on = p.run if len(plan.engines) > 1 else p.platform
         raise Unrepairable(p.where, f"no repair strategy for {p.route.verdict} on {on}: {p.route.reason}")
     return plan
+
+
+# config.json's ModelOpt exclusion lists, which hf_quant_config.json keeps as quantization.exclude_modules
+MODELOPT_LISTS = ("ignore", "exclude_modules")
 
 
 def _entries(block: Mapping[str, Any], key: str) -> list[Any]:

@@ -18,6 +18,14 @@ CPU torch, so the two op schemas its Python side registers fakes for are defined
 first; the ``mxfp4`` registry entry SGLang adds only where torch sees CUDA is added
 (``_register_cuda_methods``); ``.venv``'s vLLM is hidden (``sys.modules["vllm"] = None``) so SGLang takes the
 paths it takes where vLLM is not installed.
+
+For the cases named in ``record_all``'s ``loads`` it also builds the draft model itself (SGLang's
+own class, e.g. ``DeepseekV3ForCausalLMNextN``) and runs its ``load_weights`` over the
+checkpoint's tensors (``_load_facts``): under one published single-rank topology
+(runtime_context ``publish``, a gloo world of 1, as SGLang's own test helper
+``published_topology`` does) with ``device="cpu"`` server args. One more bend, for that build only:
+the rotary embedding's kernel choice (rotary_embedding/base.py ``_is_cpu``, read at import) is the
+CPU engine's: it builds the cos/sin cache, no layer's quant method, prefix or parameter.
 """
 
 from __future__ import annotations
@@ -208,10 +216,84 @@ def complete_config(path: Path) -> None:
     file.write_text(json.dumps(config, indent=1))
 
 
-def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+def _dspark_facts(mc: Any) -> dict[str, Any]:
+    """A DSpark draft as SGLang parses its config (dspark_config.py ``parse_dspark_draft_config``,
+    run): the target-layer ids, ``markov_rank``, and the stage count deepseek_v4_dspark.py
+    ``DeepseekV4ForCausalLMDSpark.__init__`` builds from them (``len(target_layer_ids)``, else
+    ``num_nextn_predict_layers``); ``refuses``: the ValueError it raises before building a stage
+    (``markov_rank`` not > 0, as spec_aux_hidden_state.py raises it first), None where it goes on."""
+    from sglang.srt.speculative.dspark_components.dspark_config import parse_dspark_draft_config
+
+    parsed = parse_dspark_draft_config(draft_hf_config=mc.hf_config)
+    ids = None if parsed.target_layer_ids is None else list(parsed.target_layer_ids)
+    stages = len(ids) if ids is not None else int(getattr(mc.hf_config, "num_nextn_predict_layers", 1) or 1)
+    refuses = None if parsed.require_markov() else (
+        f"ValueError: DSpark V4 draft requires markov_rank > 0, got markov_rank={parsed.markov_rank}.")
+    return {"target_layer_ids": ids, "markov_rank": parsed.markov_rank, "stages": stages, "refuses": refuses}
+
+
+_TOPOLOGY: list[Any] = []  # the one published topology and gloo group of this process
+
+
+def _published_topology() -> None:
+    """A single-rank SGLang runtime context, once per process (sglang/test/test_utils.py
+    ``published_topology``, restated: importing that module needs the ``datasets`` package)."""
+    if _TOPOLOGY:
+        return
+    import tempfile
+
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+    from sglang.srt.server_args import ServerArgs
+
+    reset_context()
+    args = ServerArgs(model_path="dummy", device="cpu")
+    publish(args, role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+    init = tempfile.mkdtemp(prefix="sglang-gloo-")
+    parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                distributed_init_method=f"file://{init}/store")
+    parallel_state.initialize_model_parallel(backend="gloo")
+    _TOPOLOGY.append(args)
+
+
+def _load_facts(path: Path, mc: Any, qc: Any) -> dict[str, Any]:
+    """SGLang's draft model built as its loader builds it (loader.py ``_initialize_model``:
+    ``mc``'s architecture, the loader's quant config ``qc``): each quantizable layer's class and
+    quant method, and what its own ``load_weights`` does with the checkpoint's tensors, fed in name order ("ok", or the
+    exception it raises: the server stops there)."""
+    import sglang.srt.layers.rotary_embedding.base as rope
+    import torch
+    from safetensors import safe_open
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader.loader import _initialize_model
+
+    _published_topology()
+    rope._is_cpu = True  # the cos/sin cache only (module docstring)
+    with torch.device("cpu"):
+        model = _initialize_model(mc, LoadConfig(), qc)  # the loader's own construction
+    built = {name: f"{type(mod).__name__} {type(mod.quant_method).__name__}"
+             for name, mod in model.named_modules() if getattr(mod, "quant_method", None) is not None}
+    index = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+
+    def tensors():
+        for name in sorted(index):
+            with safe_open(path / index[name], "pt") as f:
+                yield name, f.get_tensor(name)
+
+    try:
+        model.load_weights(tensors())
+        load = "ok"
+    except Exception as exc:  # the server stops with it: the recorded fact
+        load = f"{type(exc).__name__}: {exc}"
+    return {"built": built, "load": load}
+
+
+def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str, ...] = (),
+                load: bool = False) -> dict[str, Any]:
     """SGLang's target and draft decisions for the checkpoint at ``path``, the draft served
     with ``--speculative-algorithm`` ``algorithm`` (EAGLE: NextN; DSPARK: a bundled DSpark head);
-    ``prefixes``: the checkpoint's SGLang runtime prefixes (layouts/sglang.py) to ask about."""
+    ``prefixes``: the checkpoint's SGLang runtime prefixes (layouts/sglang.py) to ask about;
+    ``load``: also build the draft model and load its weights (``_load_facts``)."""
     if json.loads((path / "config.json").read_text()).get("model_type", "").startswith("deepseek_v4"):
         complete_config(path)
     from sglang.srt.configs.load_config import LoadConfig
@@ -229,6 +311,10 @@ def record_case(path: Path, algorithm: str | None = "EAGLE", prefixes: tuple[str
                      "is_fp4_experts": mc.is_fp4_experts, "nvfp4_moe_meta": mc.nvfp4_moe_meta,
                      "quant_config": _quant_facts(qc, prefixes)}
         out[side].update(_draft_model_quant(out[side]["architecture"], qc))
+        if draft and algorithm == "DSPARK":
+            out[side]["dspark"] = _dspark_facts(mc)
+        if draft and load:
+            out[side]["model"] = _load_facts(path, mc, qc)
     return out
 
 
@@ -243,8 +329,10 @@ def _register_cuda_methods() -> None:
     registry.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
 
-def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]]) -> dict[str, Any]:
-    """Every case, in one SGLang process (one engine start per version)."""
+def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]],
+               loads: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every case, in one SGLang process (one engine start per version); ``loads``: the cases
+    whose draft model is also built and loaded (``_load_facts``)."""
     _cpu_prelude()
     from importlib.metadata import version
 
@@ -256,7 +344,7 @@ def record_all(cases: dict[str, tuple[Path, str | None, tuple[str, ...]]]) -> di
     _register_cuda_methods()
     with override_platform(**PLATFORM):
         for name, (path, algorithm, prefixes) in cases.items():
-            result["cases"][name] = record_case(path, algorithm, prefixes)
+            result["cases"][name] = record_case(path, algorithm, prefixes, load=name in loads)
     return result
 
 

@@ -33,8 +33,13 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
 - DeepSeek-V4 ``wo_a`` (deepseek_v4.py ``wo_a_fp8_gemm_enabled``): FP8 through its own GEMM
   under ``Fp8Config`` with 128x128 blocks, "any other layout dequantizes wo_a to bf16 at load".
 
-- GLM-4-MoE NextN (models/glm4_moe_nextn.py ``Glm4MoeModelNextN``): under a ``modelopt_fp4``
-  quant config the draft is built with ``quant_config=None`` (BF16) whatever it stores;
+- GLM-4-MoE NextN (models/glm4_moe_nextn.py ``Glm4MoeModelNextN``) and DeepSeek-V3 NextN
+  (models/deepseek_nextn.py ``DeepseekModelNextN``): under a ``modelopt_fp4``
+  quant config the draft is built with ``quant_config=None`` (BF16) whatever it stores (DeepSeek-V3:
+  recorded, the draft model built and loaded: deepseek_v4.json ``s8-nvfp4`` ``model``). Its loader
+  (deepseek_common/deepseek_weight_loader.py ``do_load_weights``) then finds no parameter for a
+  stored scale of a fused ``gate_up_proj`` (``params_dict[name]``: KeyError, the server stops);
+  other scales are skipped with a warning;
   ``eh_proj`` is a plain ``nn.Linear``; the router (glm4_moe.py ``Glm4MoeGate``) an
   ``nn.Module`` with its own F32 parameter.
 
@@ -42,6 +47,11 @@ so an exclusion is matched where SGLang matches it. Sources (site-packages ``sgl
   ``Mxfp4Config`` (``ignored_layers`` never read from the config) builds them Mxfp4MoEMethod.
 - compressed-tensors (layers/quantization/compressed_tensors/): ``ignore`` and ``targets`` matched
   on SGLang's prefixes (patterns.py ``ct_*``), a routed-experts layer by expert 0's projections.
+- DSpark (models/deepseek_v4_dspark.py ``DeepseekV4ForCausalLMDSpark``): ``len(dspark_target_layer_ids)``
+  stages (else ``num_nextn_predict_layers``); a stored stage past them maps to ``stages.{k}``, which
+  ``load_weights`` drops ("unexpected weight"): not built. ``markov_rank`` (``dspark_markov_rank``, ...)
+  not > 0: a ValueError before any stage (and spec_aux_hidden_state.py raises it first). Recorded:
+  dspark_config.py ``parse_dspark_draft_config`` (deepseek_v4.json ``dspark``).
 - Qwen3.5 MTP (models/qwen3_5_mtp.py ``Qwen3_5ForCausalLMMTP``): ``_mtp_quant_config`` keeps
   ``Fp8Config`` and drops a serialized ``modelopt_fp4`` config (recorded in qwen3_5.json); ``fc`` is a
   plain ``nn.Linear``; qwen2_moe.py ``shared_expert_gate`` a ``torch.nn.Linear`` on CUDA; qwen3_5.py
@@ -230,9 +240,8 @@ class Sglang0523:
             return ("launch SGLang without --speculative-draft-model-quantization unquant (the draft then "
                     "takes the checkpoint's quant config), or store them unquantized")
         if self._draft_quant() is None and self.quant_class is not None:
-            source = "qwen3_5_mtp.py _mtp_quant_config" if self.is_qwen3_5 else "glm4_moe_nextn.py"
             return (f"store them unquantized (dequantize the {stored} weights to BF16): {ENGINE} builds this "
-                    f"draft without a quant config whatever the config declares ({source})")
+                    f"draft without a quant config whatever the config declares ({self._drop_source()})")
         return None
 
     def unmodelled(self) -> str | None:
@@ -254,7 +263,57 @@ class Sglang0523:
         return None  # GPTQ under SGLang is not modelled
 
     def refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
-        return []  # SGLang's start-up refusals are not modelled; unmodelled stacks route unknown
+        """Where SGLang stops (recorded, deepseek_v4.json): a DSpark draft without a Markov head, and a
+        DeepSeek-V3 NextN draft built without its quant config over stored scales of a fused layer.
+        Other start-up refusals are not modelled; unmodelled stacks route unknown."""
+        if self._why_unknown is not None:
+            return []
+        return [*self._dspark_refusals(modules), *self._nextn_scale_refusals(modules)]
+
+    def _draft_modules(self, modules: Mapping[str, Module]) -> list[tuple[str, str, Module]]:
+        """(checkpoint name, SGLang runtime prefix, module) of every stored draft module."""
+        out = []
+        for name, mod in modules.items():
+            prefix = next(iter(self.layout.runtime_prefixes(name)), None)
+            if prefix is not None and self.layout.role(prefix).is_draft:
+                out.append((name, prefix, mod))
+        return out
+
+    def dspark_stages(self) -> int | None:
+        """The DSpark stages SGLang builds (deepseek_v4_dspark.py ``__init__``: one per
+        ``dspark_target_layer_ids`` entry, else ``num_nextn_predict_layers``); None: no DSpark draft."""
+        if getattr(self.layout, "draft_kind", None) != r.DSPARK:
+            return None
+        ids = self.text.get("dspark_target_layer_ids")
+        return len(ids) if isinstance(ids, list) and ids else int(self.text.get("num_nextn_predict_layers") or 1)
+
+    def _dspark_refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        if self.dspark_stages() is None:
+            return []
+        # dspark_config.py parse_dspark_draft_config: dspark_markov_rank, else the nested
+        # dflash_config/dspark_config's, else markov_rank (recorded: deepseek_v4.json ``dspark``)
+        nested = {**(self.text.get("dflash_config") or {}), **(self.text.get("dspark_config") or {})}
+        rank = next((v for v in (self.text.get("dspark_markov_rank"), nested.get("markov_rank"),
+                                 self.text.get("markov_rank")) if v is not None), 0)
+        if int(rank) > 0:
+            return []
+        names = tuple(name for name, _, _ in self._draft_modules(modules))
+        return [Refusal("start-up", f"ValueError: DSpark V4 draft requires markov_rank > 0, got markov_rank={rank}",
+                        "its DSpark draft declares no Markov head (dspark_markov_rank), which SGLang's DSpark "
+                        "requires (deepseek_v4_dspark.py; spec_aux_hidden_state.py raises it first)", names)]
+
+    def _nextn_scale_refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
+        if self.layout.family != "deepseek_v3" or self.quant_class is None or self._draft_quant() is not None:
+            return []
+        for _, prefix, mod in self._draft_modules(modules):
+            scales = sorted(p for p in mod.params if p and p not in ("weight", "bias"))
+            if prefix.endswith(".gate_up_proj") and ".experts." not in f"{prefix}." and scales:
+                shards = tuple(n for n, pre, _ in self._draft_modules(modules) if pre == prefix)
+                return [Refusal("weight loading", f"KeyError: '{prefix}.{scales[0]}'",
+                                f"it builds the NextN draft without a quant config{self._no_draft_quant()}, "
+                                f"so the stored {mod.scheme.format} scales of the fused {prefix.rsplit('.', 1)[-1]} "
+                                "have no parameter (deepseek_weight_loader.py do_load_weights)", shards)]
+        return []
 
     def fused_shards(self, prefix: str, model: str | None = None) -> tuple[str, ...]:
         proj = prefix.rsplit(".", 1)[-1]
@@ -287,6 +346,11 @@ class Sglang0523:
 
     def not_built(self, prefix: str, model: str | None = None) -> EngineChoice | None:
         role = self.layout.role(prefix)
+        stages = self.dspark_stages()
+        if stages is not None and role.is_draft and prefix.startswith("stages.") and (role.draft_index or 0) >= stages:
+            why = (f"SGLang builds {stages} DSpark stage(s), one per dspark_target_layer_ids entry "
+                   "(deepseek_v4_dspark.py); load_weights drops this stage's tensors (\"unexpected weight\")")
+            return EngineChoice(Scheme(s.UNKNOWN, reason=why), "not built", why, self._class_for(True))
         if role.is_draft and role.draft_kind == r.MTP and prefix in ("model.shared_head.head", "model.embed_tokens"):
             why = "the NextN draft serves the target's embedding and head (speculative/eagle_worker_v2.py " \
                   "set_embed_and_head)"
@@ -377,8 +441,9 @@ class Sglang0523:
         if self.draft_quantization is not None and self.draft_quantization != _NAMES.get(cls or ""):
             # another method than the checkpoint's: ModelConfig._verify_quantization converts or refuses
             return f"?{self.draft_quantization}"
-        if self.layout.family == "glm4_moe" and cls == MODELOPT_FP4_CLASS:
-            return None  # glm4_moe_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+        if self.layout.family in ("glm4_moe", "deepseek_v3") and cls == MODELOPT_FP4_CLASS:
+            # glm4_moe_nextn.py / deepseek_nextn.py: "Overriding ... quant config for modelopt_fp4": None
+            return None
         if self.is_qwen3_5 and cls == MODELOPT_FP4_CLASS:
             return None  # qwen3_5_mtp.py _mtp_quant_config: a serialized modelopt_fp4 checkpoint: None
         return cls
@@ -386,11 +451,15 @@ class Sglang0523:
     def _no_draft_quant(self) -> str:
         if self.draft_quantization == "unquant":
             return " (--speculative-draft-model-quantization unquant)"
-        if self.quant_class is not None and self.is_qwen3_5:
-            return " for the draft (qwen3_5_mtp.py _mtp_quant_config drops it under modelopt_fp4)"
         if self.quant_class is not None:
-            return " for the draft (glm4_moe_nextn.py drops the quant config under modelopt_fp4)"
+            return f" for the draft ({self._drop_source()} drops it under modelopt_fp4)"
         return ""
+
+    def _drop_source(self) -> str:
+        """Where SGLang drops the draft's quant config under modelopt_fp4."""
+        if self.is_qwen3_5:
+            return "qwen3_5_mtp.py _mtp_quant_config"
+        return "deepseek_nextn.py" if self.layout.family == "deepseek_v3" else "glm4_moe_nextn.py"
 
     def _draft_quant_is(self, name: str) -> bool:
         return str(self.quant.get("quant_method") or "").lower() == name
