@@ -53,9 +53,16 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   in_background chromium install_chromium
 fi
 step "creating .venv"
-# No pip in .venv (ensurepip alone was ~8 CPU s): the machine's pip puts uv there, uv the rest.
-python3 -m venv --without-pip .venv
-python3 -m pip --python .venv/bin/python install -q --no-compile uv==0.13.9 \
+# No pip in .venv (ensurepip alone was ~8 CPU s): the machine's pip puts uv there, uv the rest;
+# a python3 without pip gets ensurepip's in .venv.
+if python3 -m pip --version >/dev/null 2>&1; then
+  python3 -m venv --without-pip .venv
+  PIP=(python3 -m pip --python .venv/bin/python)
+else
+  python3 -m venv .venv
+  PIP=(.venv/bin/python -m pip)
+fi
+"${PIP[@]}" install -q --no-compile uv==0.13.9 \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)  # pip's note on each empty local index
 source scripts/uv_env.sh
 uv_from_pip

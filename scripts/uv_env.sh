@@ -5,8 +5,12 @@
 # uv rather than pip: the same pinned installs in ~30 s of wall time instead of ~80 and a third
 # of the CPU (downloads and unpacking in parallel); benchmarks/results/test_time.txt.
 
+pip_config() {  # pip's settings: the machine's pip, or ensurepip's in .venv where python3 has none
+  if python3 -m pip --version >/dev/null 2>&1; then python3 -m pip config list; else .venv/bin/python -m pip config list; fi
+}
+
 pip_setting() {  # KEY: pip's value for KEY, its environment first, then install., then global.
-  python3 -m pip config list 2>/dev/null | awk -v key="$1" '
+  pip_config 2>/dev/null | awk -v key="$1" '
     { split($0, kv, "="); name = kv[1]; value = substr($0, length(name) + 2); gsub(/^'\''|'\''$/, "", value) }
     name == ":env:." key { env = value } name == "install." key { inst = value } name == "global." key { glob = value }
     END { print (env != "" ? env : (inst != "" ? inst : glob)) }'
