@@ -36,11 +36,17 @@ in_background() {  # NAME CMD...: run CMD in the background, its output kept for
 wait_for() {  # NAME: wait for a background job; its output, and exit 1, if it failed
   wait "${bg_pid[$1]}" || { cat "${bg_log[$1]}"; echo "$1 failed" >&2; exit 1; }
 }
-install_chromium() {  # then says it is over, whatever the outcome, in $SPECGUARD_CHROMIUM_DONE
-  local status=0
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || status=$?
-  : >"$SPECGUARD_CHROMIUM_DONE"
+# then_done FILE CMD...: CMD, then FILE created whatever CMD's outcome (the tests that need what
+# CMD installs wait for FILE: tests/background.py); CMD's exit status.
+then_done() {
+  local file=$1 status=0
+  shift
+  "$@" || status=$?
+  : >"$file"
   return "$status"
+}
+install_chromium() {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 }
 # Debian's chromium for the report's browser tests (tests/report/): installed in the
 # background, when missing and when we may (root, as in CI). It can take minutes; the tests
@@ -50,7 +56,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   step "installing chromium (Debian package) in the background"
   SPECGUARD_CHROMIUM_DONE="$(mktemp -u)"
   export SPECGUARD_CHROMIUM_DONE
-  in_background chromium install_chromium
+  in_background chromium then_done "$SPECGUARD_CHROMIUM_DONE" install_chromium
 fi
 step "creating .venv"
 # No pip in .venv (ensurepip alone was ~8 CPU s): the machine's pip puts uv there, uv the rest;
@@ -73,12 +79,6 @@ step "installing vLLM 0.33.0 without its CUDA dependencies, plus its pinned pure
 "${UV[@]}" --no-deps vllm==0.33.0 -r requirements/vllm-0.33-cpu.txt
 step "installing specguard and the test requirements"
 "${UV[@]}" -e '.[test]' -r requirements/test.txt
-install_engines() {  # then says it is over, whatever the outcome, in $SPECGUARD_ENGINES_DONE
-  local status=0
-  bash scripts/engines.sh || status=$?
-  : >"$SPECGUARD_ENGINES_DONE"
-  return "$status"
-}
 # The overlays download ~1 GB, after .venv's installs (which the tests need) and beside the
 # tests: those start without them, and the few that run an overlay
 # (tests/engines/overlays.py, tests/plans/test_recorded.py) wait for the file that says the
@@ -86,7 +86,7 @@ install_engines() {  # then says it is over, whatever the outcome, in $SPECGUARD
 step "installing vLLM 0.32 and SGLang 0.5.23 overlays (.engines/, in the background)"
 SPECGUARD_ENGINES_DONE="$(mktemp -u)"
 export SPECGUARD_ENGINES_DONE
-in_background engines install_engines
+in_background engines then_done "$SPECGUARD_ENGINES_DONE" bash scripts/engines.sh
 step "ruff and mypy in the background"
 in_background ruff .venv/bin/ruff check src tests benchmarks scripts
 in_background mypy .venv/bin/mypy src
