@@ -35,6 +35,7 @@ benchmarks/fuzz_headers.py runs the long version (benchmarks/results/fuzz_header
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -43,7 +44,7 @@ import struct
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -54,7 +55,6 @@ from specguard.errors import shown
 MAX_HEADER = 100_000_000  # the safetensors reference's limit (bytes)
 MAX_DEPTH = 127  # deepest nesting serde_json reads (its limit, 128, is the first level refused)
 U64 = 2**64 - 1
-U64Int = Annotated[int, msgspec.Meta(ge=0)]  # serde's usize (msgspec bounds stop at 2**63; see _overflows)
 if TYPE_CHECKING:
     DtypeName = str
 else:
@@ -71,11 +71,13 @@ class TensorInfo(msgspec.Struct, gc=False, omit_defaults=True):
     ``offsets`` are absolute in ``file``.
     """
 
-    # msgspec checks these types while decoding (a missing key, an unknown dtype or a
-    # negative or too large integer fails it), and the values then fit the names below.
+    # msgspec checks these types while decoding (a missing key, an unknown dtype, a
+    # number that is not an integer fails it); the fast path proves the integers are
+    # u64 (_fast: no negative number, and _fill_and_check bounds them), so the values
+    # then fit the names below.
     dtype: DtypeName
-    shape: tuple[U64Int, ...]
-    data_offsets: tuple[U64Int, U64Int]  # relative to the data section, as stored
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]  # relative to the data section, as stored
     name: str = ""
     file: str = ""
     data_start: int = 0  # 8 + the header's length
@@ -141,15 +143,24 @@ def parse_header(raw: bytes, size: int, where: str, file: str | None = None) -> 
     ``where`` names the file in messages; ``file`` (default ``where``) is what
     each TensorInfo names as its shard."""
     header = _fast(raw, size, file or where)
-    return header if header is not None else _reference(raw, size, where, file or where)
+    if header is None:
+        return _reference(raw, size, where, file or where)
+    if not gc.isenabled():
+        # The header pass pauses the collector (source.gc_paused), and msgspec tracks the
+        # shape and data_offsets tuples it builds: collected now, while they are in cache,
+        # the youngest generation is this shard's tuples and the collector untracks them
+        # (tuples of ints); left to the end of the pass, one collection walks all of them
+        # cold (benchmarks/headers.py: about 5 % of the pass on 100k tensors).
+        gc.collect(0)
+    return header
 
 
 # -- the fast path -------------------------------------------------------------------------
 
 _DECODE_ENTRIES = msgspec.json.Decoder(dict[str, TensorInfo]).decode
 _DECODE_METADATA = msgspec.json.Decoder(dict[str, str]).decode
-_DTYPE, _SHAPE, _DATA_OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
-_NEGATIVE_ZERO = re.compile(rb"[\[,:][ \t\r\n]*-0")  # "-0" where a number starts
+_DATA_OFFSETS = attrgetter("data_offsets")
+_NEGATIVE = re.compile(rb"[\[,:][ \t\r\n]*-")  # "-" where a number starts
 # Writers put __metadata__ first (safetensors' own serializer, checkpoint/writer.py).
 _METADATA_FIRST = re.compile(rb'\{[ \t\r\n]*"__metadata__"[ \t\r\n]*:[ \t\r\n]*(?=\{)')
 _NEXT_KEY = re.compile(rb'[ \t\r\n]*(?:,(?=[ \t\r\n]*")|(?=\}))')
@@ -160,30 +171,31 @@ def _fast(raw: bytes, size: int, file: str) -> FileHeader | None:
 
     msgspec is as strict as serde_json about JSON itself (UTF-8, escapes, surrogates,
     numbers, trailing bytes) and checks the types it decodes (TensorInfo's
-    annotations); what it lets through that serde_json refuses is ruled out here,
-    each with one C-speed test:
+    annotations; ``__metadata__``, split off first, as a map of strings, where a
+    repeated key is the last one as in the reference); what it lets through that
+    serde_json refuses is ruled out here, each with one C-speed test on the tensor
+    entries (the bytes after ``__metadata__``):
     - ``__metadata__`` anywhere but first, or twice, decoded as a tensor: a key lookup;
     - a repeated field or tensor key, a second ``__metadata__``, an unknown field
       (msgspec skips those unchecked: invalid UTF-8, ``1e999``, 10,000 levels of
-      nesting): each is one more JSON string than the decoded records hold, so
-      the header's quote count is off;
-    - ``-0`` (an integer 0 to msgspec, a double to serde_json): a byte search;
+      nesting): each is one more object member than the decoded records hold, and
+      every member has its colon, so the colon count is off (a colon inside a string
+      only adds: the reference path takes it);
+    - a negative integer (msgspec's int; serde's u64 refuses it) or ``-0`` (0 to
+      msgspec, a double to serde_json): a byte search;
     - a dimension past u64, or a shape whose running product overflows u64:
       possible only in a tensor of 0 bytes (any other product, and every offset,
       is bounded by the file size), checked one by one.
     """
     try:
-        metadata, entries = _split_metadata(raw)
+        metadata, entries, body = _split_metadata(raw)
         tensors = _DECODE_ENTRIES(entries)
     except (msgspec.DecodeError, RecursionError):
         return None
     if "__metadata__" in tensors:  # not first, or a second one, shaped like an entry: never a tensor
         return None
-    strings = 5 * len(tensors) + (1 + 2 * len(metadata) if entries is not raw else 0)
-    # each string has two quotes; an escaped quote inside one only adds (the reference path takes it)
-    if raw.count(b'"') != 2 * strings:
-        return None
-    if b"-" in raw and _NEGATIVE_ZERO.search(raw):  # (memchr for one byte: 15x faster than "-0")
+    # n top-level keys and three fields each; (memchr for one byte: a search only where a "-" is)
+    if raw.count(b":", body) != 4 * len(tensors) or (raw.find(b"-", body) >= 0 and _NEGATIVE.search(raw, body)):
         return None
     data_start = 8 + len(raw)
     if not _fill_and_check(tensors, file, data_start, size - data_start):
@@ -194,8 +206,28 @@ def _fast(raw: bytes, size: int, file: str) -> FileHeader | None:
 def _fill_and_check(tensors: dict[str, TensorInfo], file: str, data_start: int, buffer: int) -> bool:
     """Fill in each decoded record's name, shard and data start, and check what the
     reference checks of its values: one loop (Python 3.11 specializes the slot
-    reads and writes), cheaper than a pass per check (benchmarks/headers.py)."""
+    reads), cheaper than a pass per check (benchmarks/headers.py). Writers list the
+    entries in offset order, each of a nonzero size: the loop checks that case;
+    anything else (an entry out of order, of 0 bytes or of the wrong size) goes to
+    ``_fill_and_check_any``."""
     bits_of, prod = BITS, math.prod  # (a subscript is faster than a bound method call)
+    pos = 0
+    for name, t in tensors.items():
+        t.name = name
+        t.file = file
+        t.data_start = data_start
+        begin, end = t.data_offsets
+        # from where the previous one ends, 8 x span == bits: whole bytes, exactly what
+        # dtype x shape needs (a product of 0 may hide an overflow: _overflows)
+        if begin != pos or prod(t.shape) * bits_of[t.dtype] != (end - pos) * 8 or end == pos:
+            return _fill_and_check_any(tensors, file, data_start, buffer)
+        pos = end
+    return pos == buffer  # tiling [0, buffer) from 0 also proves every offset is in it
+
+
+def _fill_and_check_any(tensors: dict[str, TensorInfo], file: str, data_start: int, buffer: int) -> bool:
+    """``_fill_and_check`` for entries in any order and of any size."""
+    bits_of, prod = BITS, math.prod
     pos, in_order = 0, True
     for name, t in tensors.items():
         t.name = name
@@ -203,13 +235,12 @@ def _fill_and_check(tensors: dict[str, TensorInfo], file: str, data_start: int, 
         t.data_start = data_start
         begin, end = t.data_offsets
         bits = prod(t.shape) * bits_of[t.dtype]
-        # 8 x span == bits: whole bytes, exactly what dtype x shape needs, and end >= begin
         if bits != (end - begin) * 8 or (not bits and _overflows(t.shape)):
             return False
         if begin != pos:
             in_order = False
         pos = end
-    if not in_order:  # tiling [0, buffer) from 0 also proves every offset is in it
+    if not in_order:
         pos = 0
         for begin, end in sorted(map(_DATA_OFFSETS, tensors.values())):
             if begin != pos:
@@ -218,22 +249,23 @@ def _fill_and_check(tensors: dict[str, TensorInfo], file: str, data_start: int, 
     return pos == buffer
 
 
-def _split_metadata(raw: bytes) -> tuple[dict[str, str], bytes]:
-    """``__metadata__`` and the header without it, when it comes first; else ``{}``
-    and ``raw`` itself. A ``__metadata__`` anywhere else fails TensorInfo's decoding.
+def _split_metadata(raw: bytes) -> tuple[dict[str, str], bytes, int]:
+    """``__metadata__``, the header without it and where the tensor entries begin in
+    ``raw``, when it comes first; else ``{}``, ``raw`` itself and 0. A ``__metadata__``
+    anywhere else fails TensorInfo's decoding.
 
     The map of strings ends at its first ``}`` outside a string: cut at the first
     ``}`` of all, the slice decodes only when that one is it (a ``}`` inside a
     string leaves the slice an unterminated string)."""
     head = _METADATA_FIRST.match(raw)
     if head is None:
-        return {}, raw
+        return {}, raw, 0
     end = raw.find(b"}", head.end()) + 1
     metadata = _DECODE_METADATA(raw[head.end():end])  # raises unless exactly the map
     after = _NEXT_KEY.match(raw, end)
     if after is None:
         raise msgspec.DecodeError("no key or end of object after __metadata__")
-    return metadata, b"{" + raw[after.end():]
+    return metadata, b"".join((b"{", memoryview(raw)[after.end():])), after.end()
 
 
 def _overflows(shape: tuple[int, ...] | list[int], bits: int = 1) -> bool:
