@@ -110,15 +110,18 @@ class FileHeader:
 def read_header(path: str | os.PathLike[str], display: str | None = None) -> FileHeader:
     """Read and validate the header of one safetensors file (no tensor bytes)."""
     where = display or os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
+    try:  # a raw descriptor and two preads: no buffered file object per shard
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 8, 0)
             if len(head) < 8:
                 raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
             (n,) = struct.unpack("<Q", head)
             check_header_length(n, size, where)
-            raw = f.read(n)
+            raw = os.pread(fd, n, 8)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise CheckpointError(where, f"cannot read: {e.strerror or e}") from e
     if len(raw) != n:
