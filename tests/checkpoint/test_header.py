@@ -13,6 +13,7 @@ from safetensors import SafetensorError, safe_open
 from specguard.checkpoint import CheckpointError, read_header
 from specguard.checkpoint.header import MAX_HEADER
 from specguard.checkpoint.writer import save_file
+from tests.checkpoint import mutations
 from tests.conftest import raw_safetensors
 
 
@@ -193,3 +194,56 @@ def test_index_and_config_nested_100000_deep_are_one_line(tmp_path, capsys):
     (tmp_path / "model.safetensors.index.json").unlink()
     (tmp_path / "config.json").write_text('{"x": ' + "[" * 900 + "]" * 900 + "}")
     assert "nested deeper" in _inspect_fails_with_one_short_line(tmp_path, capsys)
+
+
+def _entries(*specs: tuple[str, str, list[int], list[int]]) -> bytes:
+    return json.dumps({n: {"dtype": d, "shape": s, "data_offsets": o} for n, d, s, o in specs}).encode()
+
+
+def test_fast_path_reads_what_writers_write_and_declines_the_rest():
+    """The fast path (msgspec plus byte counts) vouches only for headers it provably reads
+    as the reference does; everything else goes to the reference path, which decides."""
+    from specguard.checkpoint.header import _fast, parse_header
+
+    ok = _entries(("a", "F32", [2], [0, 8]), ("b", "U8", [4], [8, 12]))
+    assert _fast(ok, 8 + len(ok) + 12, "f") is not None
+    # __metadata__ first, a key repeated inside it: the last wins, as in the reference
+    meta = b'{"__metadata__": {"k": "1", "k": "2"}, ' + ok[1:]
+    h = _fast(meta, 8 + len(meta) + 12, "f")
+    assert h is not None and h.metadata == {"k": "2"} and h.tensors["b"].offsets == (8 + len(meta) + 8, 8 + len(meta) + 12)
+    # out of offset order, and a tensor of 0 bytes: the general loop accepts both
+    odd = _entries(("b", "U8", [4], [8, 12]), ("z", "F32", [0, 3], [8, 8]), ("a", "F32", [2], [0, 8]))
+    h = _fast(odd, 8 + len(odd) + 12, "f")
+    assert h is not None and list(h.tensors) == ["b", "z", "a"] and h.tensors["z"].nbytes == 0
+    declined = {
+        "repeated field": ok.replace(b'"dtype": "F32"', b'"dtype": "F16", "dtype": "F32"'),
+        "unknown field": ok.replace(b'"dtype": "F32"', b'"x": 1, "dtype": "F32"'),
+        "negative dimension": _entries(("a", "F32", [-2], [0, 8]), ("b", "U8", [4], [8, 12])),
+        "negative offset": _entries(("a", "F32", [2], [-8, 0]), ("b", "U8", [4], [0, 4])),
+        "-0": ok.replace(b"[0, 8]", b"[-0, 8]"),
+    }
+    for label, raw in declined.items():
+        size = 8 + len(raw) + 12
+        assert _fast(raw, size, "f") is None, label
+        try:  # the reference path decides, as safetensors' own reader does (it ignores an unknown field)
+            got = sorted((t.name, t.dtype, list(t.shape), t.nbytes) for t in parse_header(raw, size, "f").tensors.values())
+        except CheckpointError:
+            got = None
+        assert got == mutations.reference(raw, size), label
+
+
+def test_paused_header_pass_leaves_no_tuple_for_the_collector(tmp_path):
+    """Under the pass's paused collector each shard's shape and data_offsets tuples are
+    collected while in cache (parse_header), not walked cold at the end of the pass."""
+    import gc
+
+    from specguard.checkpoint.source import gc_paused
+
+    raw = _entries(*((f"t{i}", "F32", [3, 1000 + i], [12000 * i + 6 * i * (i - 1), 12000 * (i + 1) + 6 * i * (i + 1)])
+                     for i in range(50)))
+    p = tmp_path / "m.safetensors"
+    p.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(12000 * 50 + 6 * 49 * 50))
+    with gc_paused():
+        h = read_header(p)
+        tracked = [t for t in h.tensors.values() if gc.is_tracked(t.shape) or gc.is_tracked(t.data_offsets)]
+    assert len(h.tensors) == 50 and not tracked
