@@ -207,6 +207,8 @@ def test_fast_path_reads_what_writers_write_and_declines_the_rest():
 
     ok = _entries(("a", "F32", [2], [0, 8]), ("b", "U8", [4], [8, 12]))
     assert _fast(ok, 8 + len(ok) + 12, "f") is not None
+    dashed = ok.replace(b'"a"', b'"a-b.c-0"')  # dashes in a name: still the fast path
+    assert _fast(dashed, 8 + len(dashed) + 12, "f") is not None
     # __metadata__ first, a key repeated inside it: the last wins, as in the reference
     meta = b'{"__metadata__": {"k": "1", "k": "2"}, ' + ok[1:]
     h = _fast(meta, 8 + len(meta) + 12, "f")
