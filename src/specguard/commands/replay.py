@@ -18,7 +18,8 @@ import hashlib
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,8 +34,7 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
     """``run(args)``, or its kept output when this exact audit of this commit was kept."""
     if not _keepable(args):
         return run(args)
-    from specguard.checkpoint import kept
-    from specguard.checkpoint.revision import read_at, resolve
+    from specguard.checkpoint.revision import resolve
 
     resolved = resolve(args.source, args.revision)  # None: a first audit, which learns its commit as it reads
     if resolved is not None:
@@ -43,6 +43,31 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
+    with _collector_paused():
+        return _audit(args, run)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Everything an audit builds (its modules' imports, 40,000 header records, the module
+    table) is kept to its end: the cyclic collector would rescan the growing heap for
+    nothing, ~6 % of a cold audit's CPU (benchmarks/remote.py; checkpoint.source
+    ``gc_paused`` pauses it over the header pass alone, from the command's thread)."""
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _audit(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """A first audit of this commit (or of these options): read, run, keep its output."""
+    from specguard.checkpoint import kept
+    from specguard.checkpoint.revision import read_at
     from specguard.usage import ctrl_c_deferred
 
     with ctrl_c_deferred():  # the reading's thread starts with SIGINT blocked: Ctrl-C stays the main thread's
