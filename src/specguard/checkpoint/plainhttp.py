@@ -19,11 +19,15 @@ moves bytes and names what went wrong:
 
 from __future__ import annotations
 
+import errno
 import http.client
 import io
+import os
 import select
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
@@ -152,6 +156,18 @@ class Response:
             yield piece
 
 
+def _where(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path with query) of an http(s) URL; BadURL otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadURL(f"unsupported URL {url[:80]!r}")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise BadURL(f"bad port in {url[:80]!r}") from e
+    return parts.scheme, parts.hostname, port, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
 class Pool:
     """Kept-alive connections per (scheme, host, port), for the threads of one audit."""
 
@@ -178,6 +194,10 @@ class Pool:
                 c.close()
 
     def _take(self, scheme: str, host: str, port: int | None) -> _Conn:
+        return self._idle_one(scheme, host, port) or _Conn(scheme, host, port, self)
+
+    def _idle_one(self, scheme: str, host: str, port: int | None) -> _Conn | None:
+        """A kept-alive connection to the host the server has not closed, if there is one."""
         with self._lock:
             conns = self._idle.get((scheme, host, port), [])
             while conns:
@@ -185,7 +205,7 @@ class Pool:
                 if isinstance(c.sock, _Sock) and not c.sock.stale():
                     return c
                 c.close()
-        return _Conn(scheme, host, port, self)
+        return None
 
     def _give(self, conn: _Conn) -> None:
         with self._lock:
@@ -211,25 +231,26 @@ class Pool:
                     self._release(conn, r)
                 return
             self._drain(conn, r)
-            target = urljoin(url, location)
-            if urlsplit(target)[:2] != urlsplit(url)[:2]:  # another host: the token stays home (as httpx2)
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            if r.status == 303 and method != "HEAD":
-                method = "GET"
-            url = target
+            method, url, headers = _redirected(method, url, headers, r.status, location)
         raise TooManyRedirects(f"more than {max_redirects} redirects")
+
+    def gather(self, asks: list[tuple[str, str, dict[str, str]]], max_redirects: int,
+               clock: Callable[[int], float]) -> Iterator[tuple[int, Response | Exception]]:
+        """``stream`` for many requests from one thread: every request is sent at once (new
+        connections opened without blocking: TCP, then TLS), and each answer is taken, in the
+        order answers come, as its socket turns readable. Yields (ask's number, its answer or
+        the exception ``stream`` would raise); the caller reads an answer's body before asking
+        for the next (its connection then goes back to the pool). ``clock(i)``: makes ask i's
+        deadline the thread's (what ``left`` reads) and returns it (monotonic).
+
+        64 threads, one per request, spent more CPU than the audit's header parsing: their
+        wake-ups contend for the interpreter lock (benchmarks/remote.py)."""
+        return _Gather(self, asks, max_redirects, clock).run()
 
     def _ask(self, method: str, url: str, headers: dict[str, str]) -> tuple[_Conn, http.client.HTTPResponse,
                                                                             dict[str, str]]:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadURL(f"unsupported URL {url[:80]!r}")
-        try:
-            port = parts.port
-        except ValueError as e:
-            raise BadURL(f"bad port in {url[:80]!r}") from e
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn = self._take(parts.scheme, parts.hostname, port)
+        scheme, host, port, path = _where(url)
+        conn = self._take(scheme, host, port)
         try:
             conn.request(method, path, headers=headers)
             r = conn.getresponse()
@@ -253,6 +274,230 @@ class Pool:
             self._give(conn)
         else:
             conn.close()
+
+
+class _Ask:
+    """One request of a gather, as it goes: where to, on which connection, in which step."""
+
+    def __init__(self, i: int, method: str, url: str, headers: dict[str, str]) -> None:
+        self.i, self.method, self.url, self.headers = i, method, url, headers
+        self.hops = 0  # redirects followed
+        self.commit: str | None = None
+        self.conn: _Conn | None = None
+        self.sock: socket.socket | None = None  # registered with the selector: connecting or waiting
+        self.where: tuple[str, str, int | None, str] = ("", "", None, "")
+        self.addresses: list[tuple] = []  # left to try while connecting
+        self.step = ""  # "connect", "tls" or "answer": what the registered socket waits for
+        self.end = 0.0  # its deadline (monotonic)
+
+
+class _Gather:
+    """Pool.gather's state: the asks in flight on one selector."""
+
+    def __init__(self, pool: Pool, asks: list[tuple[str, str, dict[str, str]]], max_redirects: int,
+                 clock: Callable[[int], float]) -> None:
+        self.pool, self.max_redirects, self.clock = pool, max_redirects, clock
+        self.asks = [_Ask(i, *ask) for i, ask in enumerate(asks)]
+        self.selector = selectors.DefaultSelector()
+        self.resolved: dict[tuple[str, int], list[tuple]] = {}  # (host, port) -> getaddrinfo's answer
+        self.done: list[tuple[int, Response | Exception]] = []
+
+    def run(self) -> Iterator[tuple[int, Response | Exception]]:
+        try:
+            for ask in self.asks:
+                ask.end = self.clock(ask.i)
+                self._start(ask)
+            while self.done or self.selector.get_map():
+                while self.done:
+                    i, outcome = self.done.pop(0)
+                    if not isinstance(outcome, Response):
+                        yield i, outcome
+                        continue
+                    try:
+                        yield i, outcome
+                    except BaseException:  # the caller stopped reading: the connection is unusable
+                        outcome._conn.close()
+                        raise
+                    self.pool._release(outcome._conn, outcome._r)  # kept when its body was read to the end
+                if self.selector.get_map():
+                    self._wait()
+        finally:
+            for key in list(self.selector.get_map().values()):
+                self._close(key.data)
+            self.selector.close()
+
+    def _wait(self) -> None:
+        """One select: each socket ready takes its next step; asks past their deadline fail."""
+        first = min(key.data.end for key in self.selector.get_map().values())
+        events = self.selector.select(max(0.0, min(first - time.monotonic(), self.pool.poll)))
+        for key, _ in events:
+            self._step(key.data)
+        if events and time.monotonic() < first:
+            return  # a stop is seen by the next read's ``left``, or within ``poll`` once all is quiet
+        for key in list(self.selector.get_map().values()):
+            self.clock(key.data.i)
+            try:
+                self.pool.left()  # the deadline passed or the audit stopped: Timeout
+            except Timeout as e:
+                self._fail(key.data, e)
+
+    def _start(self, ask: _Ask) -> None:
+        """Send ``ask`` on a kept-alive connection, or open one without blocking."""
+        try:
+            ask.where = scheme, host, port, _ = _where(ask.url)
+            conn = self.pool._idle_one(scheme, host, port)
+            if conn is not None:
+                ask.conn = conn
+                self._send(ask)
+                return
+            key = (host, port or (443 if scheme == "https" else 80))
+            if key not in self.resolved:
+                try:
+                    self.resolved[key] = socket.getaddrinfo(*key, 0, socket.SOCK_STREAM)
+                except OSError as e:
+                    raise CannotConnect(f"{host}:{port}: {e.strerror or e}") from e
+            ask.addresses = list(self.resolved[key])
+            self._connect(ask)
+        except (BadURL, CannotConnect) as e:
+            self._fail(ask, e)
+
+    def _connect(self, ask: _Ask) -> None:
+        """The next address of the host, connecting without blocking (CannotConnect: none left)."""
+        _, host, port, _ = ask.where
+        err = 0
+        while ask.addresses:
+            family, kind, proto, _, address = ask.addresses.pop(0)
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            err = sock.connect_ex(address)
+            if err in (0, errno.EINPROGRESS):
+                self._register(ask, sock, selectors.EVENT_WRITE, "connect")
+                return
+            sock.close()
+        raise CannotConnect(f"{host}:{port}: {os.strerror(err) if err else 'no address'}")
+
+    def _step(self, ask: _Ask) -> None:
+        sock = ask.sock
+        assert sock is not None
+        try:
+            if ask.step == "connect":
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                self._unregister(ask)
+                if err:
+                    sock.close()
+                    if not ask.addresses:
+                        raise CannotConnect(f"{ask.where[1]}:{ask.where[2]}: {os.strerror(err)}")
+                    self._connect(ask)
+                    return
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if ask.where[0] == "https":
+                    sock = self.pool.ssl_context().wrap_socket(sock, server_hostname=ask.where[1],
+                                                                do_handshake_on_connect=False)
+                    self._handshake(ask, sock)
+                else:
+                    self._attach(ask, sock)
+            elif ask.step == "tls":
+                self._unregister(ask)
+                self._handshake(ask, sock)
+            else:
+                self._unregister(ask)
+                self._answer(ask)
+        except (BadURL, CannotConnect, Timeout, Dropped, TooManyRedirects) as e:
+            self._fail(ask, e)
+
+    def _handshake(self, ask: _Ask, sock: Any) -> None:
+        import ssl
+
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._register(ask, sock, selectors.EVENT_READ, "tls")
+        except ssl.SSLWantWriteError:
+            self._register(ask, sock, selectors.EVENT_WRITE, "tls")
+        except (ssl.SSLError, OSError) as e:
+            sock.close()
+            raise CannotConnect(f"{ask.where[1]}:{ask.where[2]}: {e}") from e
+        else:
+            self._attach(ask, sock)
+
+    def _attach(self, ask: _Ask, sock: socket.socket) -> None:
+        scheme, host, port, _ = ask.where
+        conn = ask.conn = _Conn(scheme, host, port, self.pool)
+        conn.sock = _Sock(sock, self.pool.left, self.pool.poll)
+        self._send(ask)
+
+    def _send(self, ask: _Ask) -> None:
+        conn = ask.conn
+        assert conn is not None and isinstance(conn.sock, _Sock)
+        self.clock(ask.i)
+        try:
+            conn.request(ask.method, ask.where[3], headers=ask.headers)
+        except (Timeout, CannotConnect):
+            raise
+        except (http.client.HTTPException, OSError) as e:
+            raise Dropped(_what(e)) from e
+        self._register(ask, conn.sock.sock, selectors.EVENT_READ, "answer")
+
+    def _answer(self, ask: _Ask) -> None:
+        """The answer's status and headers (read as they come, within the ask's deadline):
+        a redirect is followed, anything else is done."""
+        conn = ask.conn
+        assert conn is not None
+        self.clock(ask.i)
+        try:
+            r = conn.getresponse()
+        except (Timeout, CannotConnect):
+            raise
+        except (http.client.HTTPException, OSError) as e:
+            raise Dropped(_what(e)) from e
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        ask.commit = ask.commit or hdrs.get("x-repo-commit")
+        location = hdrs.get("location")
+        if r.status not in _REDIRECT or not location:
+            ask.conn = None
+            self.done.append((ask.i, Response(r, conn, ask.commit, ask.url, hdrs)))
+            return
+        ask.conn = None
+        self.pool._drain(conn, r)
+        ask.hops += 1
+        if ask.hops > self.max_redirects:
+            raise TooManyRedirects(f"more than {self.max_redirects} redirects")
+        ask.method, ask.url, ask.headers = _redirected(ask.method, ask.url, ask.headers, r.status, location)
+        self._start(ask)
+
+    def _register(self, ask: _Ask, sock: Any, events: int, step: str) -> None:
+        ask.sock, ask.step = sock, step
+        self.selector.register(sock, events, ask)
+
+    def _unregister(self, ask: _Ask) -> None:
+        if ask.sock is not None:
+            self.selector.unregister(ask.sock)
+            ask.sock = None
+
+    def _close(self, ask: _Ask) -> None:
+        sock = ask.sock
+        self._unregister(ask)
+        if ask.conn is not None:
+            ask.conn.close()
+            ask.conn = None
+        elif sock is not None:
+            sock.close()
+
+    def _fail(self, ask: _Ask, e: Exception) -> None:
+        self._close(ask)
+        self.done.append((ask.i, e))
+
+
+def _redirected(method: str, url: str, headers: dict[str, str], status: int,
+                location: str) -> tuple[str, str, dict[str, str]]:
+    """The request a redirect asks for, as httpx2 makes it: a 303 turns into a GET, the token
+    is not sent to another host."""
+    target = urljoin(url, location)
+    if urlsplit(target)[:2] != urlsplit(url)[:2]:  # another host: the token stays home (as httpx2)
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    if status == 303 and method != "HEAD":
+        method = "GET"
+    return method, target, headers
 
 
 def _what(e: BaseException) -> str:

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from specguard.checkpoint import cache
@@ -35,7 +36,7 @@ from specguard.checkpoint import revision as revision_
 from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import MAX_HEADER, FileHeader, check_header_length, parse_header
-from specguard.checkpoint.hubhttp import Answer, Session, refusal
+from specguard.checkpoint.hubhttp import Answer, Ask, Session, refusal
 from specguard.checkpoint.index import (
     CONFIG,
     CONFIGS,
@@ -260,8 +261,17 @@ class _Hub:
 
     def get_range(self, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
         """Bytes [start, end] of a file (fewer only where the file ends) and its size."""
+        assert self.session is not None
+        ask = self.range_ask(name, commit, start, end)
+        return self.range_of(self.session.get(ask.url, ask.where, first=start, last=end, limit=ask.limit),
+                             name, commit, start, end)
+
+    def range_ask(self, name: str, commit: str, start: int, end: int) -> Ask:
+        return Ask(self.url(name, commit), f"{self.repo_id}/{name}", "GET", start, end, end - start + 1)
+
+    def range_of(self, r: Answer, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
+        """The bytes a range read's answer holds and the file's size, checked against what was asked."""
         where = f"{self.repo_id}/{name}"
-        r = self.request("GET", name, commit, first=start, last=end, limit=end - start + 1)
         if _missing_entry(r):
             raise _NoSuchShard(name)
         if r.status >= 300:
@@ -371,7 +381,13 @@ def _read_headers(
     first = max(names, key=lambda s: len(shards[s]))
     arrived(first, *pool.submit(read, first).result())
     rest = [s for s in names if s != first]
-    _all(pool, [(read, s) for s in rest], lambda i, result: arrived(rest[i], *result))
+    sized = [_first_read(shards[s], learned[0]) for s in rest]
+    assert hub.session is not None
+    asks = [hub.range_ask(s, commit, 0, n - 1) for s, n in zip(rest, sized, strict=True)]
+    for i, answer in hub.session.get_all(asks):  # sent at once, taken as they come
+        with _shard_named(hub, rest[i]):
+            head, size = hub.range_of(answer, rest[i], commit, 0, sized[i] - 1)
+        arrived(rest[i], *_header_of(hub, commit, rest[i], head, size))
     return [raws[s] for s in names], [parsed[s] for s in names]
 
 
@@ -392,9 +408,15 @@ def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
 
 def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
     """A shard's size and header bytes: one range read, a second only when the header is longer."""
+    with _shard_named(hub, shard):
+        return _header_of(hub, commit, shard, *hub.get_range(shard, commit, 0, first_read - 1))
+
+
+def _header_of(hub: _Hub, commit: str, shard: str, head: bytes, size: int) -> tuple[int, bytes]:
+    """The size and header bytes from a shard's first range read (``head``), reading the rest
+    of the header when it is longer."""
     where = f"{hub.repo_id}/{shard}"
-    try:
-        head, size = hub.get_range(shard, commit, 0, first_read - 1)
+    with _shard_named(hub, shard):
         if len(head) < 8:
             raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
         n = int.from_bytes(head[:8], "little")
@@ -403,29 +425,18 @@ def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[i
         if len(raw) < n:
             rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
             raw += rest
+    return size, raw
+
+
+@contextmanager
+def _shard_named(hub: _Hub, shard: str) -> Iterator[None]:
+    """A shard the server does not have, named as the index's fault (or the repo's, without one)."""
+    try:
+        yield
     except _NoSuchShard as e:
         if shard == SINGLE:
             raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
         raise CheckpointError(f"{hub.repo_id}/{INDEX} [{shard}]", "shard named by the index does not exist") from e
-    return size, raw
-
-
-def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, Any], None]) -> None:
-    """Run ``(fn, *args)`` jobs on the pool, handing each result (job number, result)
-    to ``on_result`` as it comes. The first failure cancels what has not started
-    and is raised (one bad shard, one line)."""
-    futures: list[Future] = [pool.submit(*job) for job in jobs]
-    number = {f: i for i, f in enumerate(futures)}
-    pending = set(futures)
-    try:
-        while pending:
-            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in ready:
-                on_result(number[f], f.result())  # raises the job's error
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
 
 
 def _report(progress: Progress | None, done: int, total: int) -> None:
