@@ -238,7 +238,7 @@ class Session:
         going on in a thread of its own; httpx2 takes a thread per connection."""
         if self.pool is None:
             yield from _threaded(asks, self.connections, lambda a, failed: self.get(
-                a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed))
+                a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed), self.stop)
             return
         ends: dict[int, float] = {}
 
@@ -254,7 +254,7 @@ class Session:
         try:
             sent: list[tuple[str, str, dict[str, str]]] = [(a.method, a.url, self._headers(a.first, a.last))
                                                            for a in asks]
-            for i, outcome in self.pool.gather(sent, MAX_REDIRECTS, clock):
+            for i, outcome in self.pool.gather(sent, MAX_REDIRECTS, clock, self.connections):
                 a = asks[i]
                 clock(i)
                 try:
@@ -269,7 +269,7 @@ class Session:
         if retried:
             for j, answer in _threaded([a for a, _ in retried], len(retried), lambda a, failed: self.get(
                     a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed),
-                                       [e for _, e in retried]):
+                                       self.stop, [e for _, e in retried]):
                 yield numbers[j], answer
 
     def _pause(self, where: str, failure: str, wait: float, asked: float | None) -> None:
@@ -397,10 +397,11 @@ class Ask(NamedTuple):
     limit: int = 0
 
 
-def _threaded(asks: list[Ask], threads: int, get: Callable[[Ask, _Retryable | None], Answer],
+def _threaded(asks: list[Ask], threads: int, get: Callable[[Ask, _Retryable | None], Answer], stop: threading.Event,
               failed: list[_Retryable] | None = None) -> Iterator[tuple[int, Answer]]:
     """``get`` of each ask on up to ``threads`` threads (each ask's ``failed``, if given),
-    (number, answer) as they come; the first error raised. Threads end with their ask."""
+    (number, answer) as they come. The first error is raised once ``stop`` is set and
+    every thread has ended (within POLL of it)."""
     import queue
 
     todo = list(range(len(asks)))[::-1]
@@ -425,12 +426,20 @@ def _threaded(asks: list[Ask], threads: int, get: Callable[[Ask, _Retryable | No
     for w in workers:
         w.start()
     left = len(asks)
-    while left:
-        i, outcome = results.get()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        left -= 1
-        yield i, outcome
+    try:
+        while left:
+            i, outcome = results.get()
+            if isinstance(outcome, BaseException):
+                raise outcome
+            left -= 1
+            yield i, outcome
+    except BaseException:  # one failed, or the caller gave up: the others stop within POLL
+        stop.set()
+        with lock:
+            todo.clear()
+        for w in workers:
+            w.join()
+        raise
 
 
 class _Retryable(Exception):

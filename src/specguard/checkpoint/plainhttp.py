@@ -235,17 +235,18 @@ class Pool:
         raise TooManyRedirects(f"more than {max_redirects} redirects")
 
     def gather(self, asks: list[tuple[str, str, dict[str, str]]], max_redirects: int,
-               clock: Callable[[int], float]) -> Iterator[tuple[int, Response | Exception]]:
+               clock: Callable[[int], float], at_once: int) -> Iterator[tuple[int, Response | Exception]]:
         """``stream`` for many requests from one thread: every request is sent at once (new
         connections opened without blocking: TCP, then TLS), and each answer is taken, in the
         order answers come, as its socket turns readable. Yields (ask's number, its answer or
         the exception ``stream`` would raise); the caller reads an answer's body before asking
-        for the next (its connection then goes back to the pool). ``clock(i)``: makes ask i's
-        deadline the thread's (what ``left`` reads) and returns it (monotonic).
+        for the next (its connection then goes back to the pool, for the next ask). At most
+        ``at_once`` are in flight. ``clock(i)``: makes ask i's deadline the thread's (what
+        ``left`` reads) and returns it (monotonic); it is set when the ask is sent.
 
         64 threads, one per request, spent more CPU than the audit's header parsing: their
         wake-ups contend for the interpreter lock (benchmarks/remote.py)."""
-        return _Gather(self, asks, max_redirects, clock).run()
+        return _Gather(self, asks, max_redirects, clock).run(at_once)
 
     def _ask(self, method: str, url: str, headers: dict[str, str]) -> tuple[_Conn, http.client.HTTPResponse,
                                                                             dict[str, str]]:
@@ -302,12 +303,14 @@ class _Gather:
         self.resolved: dict[tuple[str, int], list[tuple]] = {}  # (host, port) -> getaddrinfo's answer
         self.done: list[tuple[int, Response | Exception]] = []
 
-    def run(self) -> Iterator[tuple[int, Response | Exception]]:
+    def run(self, at_once: int) -> Iterator[tuple[int, Response | Exception]]:
+        waiting = self.asks[::-1]  # not sent yet, the next last
         try:
-            for ask in self.asks:
-                ask.end = self.clock(ask.i)
-                self._start(ask)
-            while self.done or self.selector.get_map():
+            while waiting or self.done or self.selector.get_map():
+                while waiting and len(self.selector.get_map()) + len(self.done) < at_once:
+                    ask = waiting.pop()
+                    ask.end = self.clock(ask.i)
+                    self._start(ask)
                 while self.done:
                     i, outcome = self.done.pop(0)
                     if not isinstance(outcome, Response):
@@ -319,7 +322,7 @@ class _Gather:
                         outcome._conn.close()
                         raise
                     self.pool._release(outcome._conn, outcome._r)  # kept when its body was read to the end
-                if self.selector.get_map():
+                if self.selector.get_map() and not (waiting and len(self.selector.get_map()) < at_once):
                     self._wait()
         finally:
             for key in list(self.selector.get_map().values()):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -240,7 +239,13 @@ class _Hub:
 
     def get_file(self, name: str, revision: str | None) -> tuple[bytes | None, str]:
         """A small file's bytes (None when the repo has no such file) and the commit they are from."""
-        r = self.request("GET", name, revision, limit=SMALL_FILE)
+        return self.file_of(self.request("GET", name, revision, limit=SMALL_FILE), name, revision)
+
+    def file_ask(self, name: str, revision: str | None) -> Ask:
+        return Ask(self.url(name, revision), f"{self.repo_id}/{name}", "GET", None, None, SMALL_FILE)
+
+    def file_of(self, r: Answer, name: str, revision: str | None) -> tuple[bytes | None, str]:
+        """get_file's answer from the server's."""
         if _missing_entry(r):
             return None, self.commit_of(r, revision)
         if r.status >= 300:
@@ -319,11 +324,14 @@ def _fetch(
     """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
     HEAD) together, then every shard's header, each parsed as it arrives. Returns what
     was read, the parsed headers and the parsed index (parsed once: 100,000 entries)."""
-    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
+    assert hub.session is not None
+    files = [*CONFIGS, INDEX] if fetch_index else list(CONFIGS)
+    got: dict[str, bytes | None] = {}
     try:
-        configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
         if fetch_index:
-            index = pool.submit(hub.get_file, INDEX, commit).result()[0]
+            for i, answer in hub.session.get_all([hub.file_ask(n, commit) for n in files]):
+                got[files[i]] = hub.file_of(answer, files[i], commit)[0]
+            files, index = [], got[INDEX]
             if index is None:  # the HEAD saw it, the GET did not
                 raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
         shards: dict[str, list[str]] = {SINGLE: []}
@@ -331,15 +339,11 @@ def _fetch(
         if index is not None:
             indexed = load_index(index, f"{hub.repo_id}/{INDEX}")
             shards = _shards_of(indexed[0], hub.repo_id)
-        raws, headers = _read_headers(pool, hub, commit, shards, progress)
-        config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
+        raws, headers = _read_headers(hub, commit, shards, progress, files, got)
     except BaseException:  # a bad shard or Ctrl-C: reads in flight see the stop within hubhttp.POLL
-        assert hub.session is not None
         hub.session.stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.shutdown()
-    return cache.Snapshot(index, config_bytes, raws), headers, indexed
+    return cache.Snapshot(index, {n: got[n] for n in CONFIGS}, raws), headers, indexed
 
 
 def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
@@ -354,40 +358,44 @@ def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]
 
 
 def _read_headers(
-    pool: ThreadPoolExecutor, hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None,
+    hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None, files: list[str],
+    got: dict[str, bytes | None],
 ) -> tuple[list[tuple[str, int, bytes]], list[FileHeader]]:
-    """Every shard's (name, size, header bytes) and parsed header, in name order.
+    """Every shard's (name, size, header bytes) and parsed header, in name order; ``files``
+    (the configs) are read with the first shard, into ``got``.
 
     The shard holding the most tensors goes first, alone: its header says how
     many bytes an entry takes beyond its name, which sizes every other shard's
-    single read to within a few percent. Each read is sized when it starts,
-    from the most bytes per entry any shard read so far has shown (shards
-    differ: longer offsets, other dtypes and shapes)."""
+    single read to within a few percent. Then every other shard's read at once,
+    sized from the most bytes per entry any shard read so far has shown (shards
+    differ: longer offsets, other dtypes and shapes), each parsed as it arrives."""
     names = list(shards)
     raws: dict[str, tuple[str, int, bytes]] = {}
     parsed: dict[str, FileHeader] = {}
     learned: list[float | None] = [None]  # bytes per entry beyond its name, the most seen
 
-    def arrived(shard: str, size: int, raw: bytes) -> None:  # main thread, while other reads are in flight
+    def arrived(shard: str, size: int, raw: bytes) -> None:  # while other reads are in flight
         raws[shard] = (shard, size, raw)
         parsed[shard] = parse_header(raw, size, f"{hub.repo_id}/{shard}", file=shard)
         if len(shards[shard]) >= CALIBRATE_FROM:
             learned[0] = max(learned[0] or 0.0, _bytes_per_entry(shards[shard], raw))
         _report(progress, len(parsed), len(names))
 
-    def read(shard: str) -> tuple[int, bytes]:  # a pool thread
-        return _read_header(hub, commit, shard, _first_read(shards[shard], learned[0]))
-
     first = max(names, key=lambda s: len(shards[s]))
-    arrived(first, *pool.submit(read, first).result())
     rest = [s for s in names if s != first]
-    sized = [_first_read(shards[s], learned[0]) for s in rest]
-    assert hub.session is not None
-    asks = [hub.range_ask(s, commit, 0, n - 1) for s, n in zip(rest, sized, strict=True)]
-    for i, answer in hub.session.get_all(asks):  # sent at once, taken as they come
-        with _shard_named(hub, rest[i]):
-            head, size = hub.range_of(answer, rest[i], commit, 0, sized[i] - 1)
-        arrived(rest[i], *_header_of(hub, commit, rest[i], head, size))
+    for group in ([first], rest):
+        sized = [_first_read(shards[s], learned[0]) for s in group]
+        asks = [hub.range_ask(s, commit, 0, n - 1) for s, n in zip(group, sized, strict=True)]
+        asks += [hub.file_ask(n, commit) for n in files]
+        assert hub.session is not None
+        for i, answer in hub.session.get_all(asks):  # sent at once, taken as they come
+            if i >= len(group):
+                got[files[i - len(group)]] = hub.file_of(answer, files[i - len(group)], commit)[0]
+                continue
+            with _shard_named(hub, group[i]):
+                head, size = hub.range_of(answer, group[i], commit, 0, sized[i] - 1)
+            arrived(group[i], *_header_of(hub, commit, group[i], head, size))
+        files = []
     return [raws[s] for s in names], [parsed[s] for s in names]
 
 
@@ -404,12 +412,6 @@ def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
 def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
     name_bytes = sum(map(len, map(str.encode, tensor_names)))
     return max(0.0, len(header) - name_bytes) / len(tensor_names)
-
-
-def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
-    """A shard's size and header bytes: one range read, a second only when the header is longer."""
-    with _shard_named(hub, shard):
-        return _header_of(hub, commit, shard, *hub.get_range(shard, commit, 0, first_read - 1))
 
 
 def _header_of(hub: _Hub, commit: str, shard: str, head: bytes, size: int) -> tuple[int, bytes]:
