@@ -1,12 +1,15 @@
-"""HTTP/1.1 for ``--remote`` over the standard library's http.client, where it does
+"""HTTP/1.1 for ``--remote`` over the standard library's sockets, where that does
 exactly what httpx2 would (revision.py ``plain_fits``: no proxy setting, a token
 known without huggingface_hub's auth code, Linux's trust store).
 
 Why not httpx2 there: importing it with huggingface_hub's request headers costs
 more CPU than reading 40,000 tensors' headers, and an audit's whole run is
-mostly that start (benchmarks/remote.py prints both clients' runs). The rules a
-hostile server meets stay in hubhttp.py, shared by both clients; this module only
-moves bytes and names what went wrong:
+mostly that start (benchmarks/remote.py prints both clients' runs). Why not
+http.client: its import (the email parser it reads headers with) cost ~45 ms, and
+one thread per request (its blocking reads) cost more than the header parsing;
+``_Conn`` frames answers as it does, and ``Pool.gather`` sends many requests from
+one thread. The rules a hostile server meets stay in hubhttp.py, shared by both
+clients; this module only moves bytes and names what went wrong:
 
 - every socket wait ends at the calling thread's deadline or stop flag
   (``left``: seconds remaining, or it raises ``Timeout``), checked every ``poll``
@@ -20,7 +23,6 @@ moves bytes and names what went wrong:
 from __future__ import annotations
 
 import errno
-import http.client
 import io
 import os
 import select
@@ -80,7 +82,7 @@ class _Raw(io.RawIOBase):
 
 
 class _Sock:
-    """What http.client asks of its socket, within the deadline."""
+    """A connection's socket, every wait within the deadline."""
 
     def __init__(self, sock: socket.socket, left: Left, poll: float) -> None:
         self.sock, self.left, self.poll = sock, left, poll
@@ -106,11 +108,30 @@ class _Sock:
             return True
 
 
-class _Conn(http.client.HTTPConnection):
+class ProtocolError(Exception):
+    """An answer that is not HTTP/1.x as RFC 9112 frames it (http.client's HTTPException)."""
+
+
+_MAX_LINE = 65536  # http.client's _MAXLINE: a status or header line longer than this is refused
+_MAX_HEADERS = 100  # http.client's _MAXHEADERS
+
+
+class _Conn:
+    """One HTTP/1.1 connection, kept alive between answers. The framing is http.client's
+    (RFC 9112): a status line, header lines, then a body by Transfer-Encoding: chunked,
+    else Content-Length, else up to the close; no body for HEAD, 1xx, 204 and 304. Not
+    http.client itself: importing it (its email parser, which parses each answer's
+    headers) cost ~45 ms of CPU, more than the whole reading of 64 shards' headers
+    took over it (benchmarks/remote.py)."""
+
     def __init__(self, scheme: str, host: str, port: int | None, pool: Pool) -> None:
-        self.default_port = 443 if scheme == "https" else 80  # read by http.client for the port and Host
-        super().__init__(host, port)
-        self.scheme, self.pool = scheme, pool
+        self.scheme, self.host, self.pool = scheme, host, pool
+        default = 443 if scheme == "https" else 80
+        self.port = default if port is None else port
+        self._host_header = host if self.port == default else f"{host}:{self.port}"
+        if ":" in host:  # an IPv6 literal: bracketed in Host, as http.client writes it
+            self._host_header = f"[{host}]" if self.port == default else f"[{host}]:{self.port}"
+        self.sock: _Sock | None = None
 
     def connect(self) -> None:
         try:
@@ -134,12 +155,151 @@ class _Conn(http.client.HTTPConnection):
                 raise CannotConnect(f"{self.host}:{self.port}: {e}") from e
         self.sock = _Sock(sock, self.pool.left, self.pool.poll)
 
+    def request(self, method: str, path: str, headers: dict[str, str]) -> None:
+        """Send the request line and headers (a Host and, unless given, ``Accept-Encoding:
+        identity``, as http.client adds them)."""
+        if self.sock is None:
+            self.connect()
+        assert self.sock is not None
+        names = {k.lower() for k in headers}
+        lines = [f"{method} {path} HTTP/1.1"]
+        if "host" not in names:
+            lines.append(f"Host: {self._host_header}")
+        if "accept-encoding" not in names:
+            lines.append("Accept-Encoding: identity")
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        text = "\r\n".join(lines) + "\r\n\r\n"
+        if any(c in text[:-4].replace("\r\n", "") for c in "\r\n\0"):
+            raise BadURL("a request line or header holds a line break")
+        try:
+            self.sock.sendall(text.encode("latin-1"))
+        except UnicodeEncodeError as e:
+            raise BadURL(f"not sendable in a request: {e}") from e
+        self._method = method
+
+    def getresponse(self) -> _Answer:
+        assert self.sock is not None
+        return _Answer(self.sock.makefile("rb"), self._method)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+class _Answer:
+    """An answer's status, headers and framed body (what http.client's HTTPResponse gives)."""
+
+    def __init__(self, fp: io.BufferedReader, method: str) -> None:
+        self.fp = fp
+        while True:  # 1xx answers (100 Continue) come before the real one: skipped, as http.client does
+            version, self.status, self.reason = self._status_line()
+            fields = self._fields()
+            if self.status >= 200:
+                break
+        self.fields = fields
+        self.headers = {k.lower(): v for k, v in fields}
+        connection = self.headers.get("connection", "").lower()
+        keep = (version == "HTTP/1.1" and "close" not in connection) or "keep-alive" in connection
+        self.chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        self.left: int | None = None  # body bytes not read yet (None: up to the close)
+        if method == "HEAD" or self.status in (204, 304):
+            self.left = 0
+        elif not self.chunked:
+            length = self.headers.get("content-length", "")
+            self.left = int(length) if length.isdigit() else None
+        self.will_close = not keep or (self.left is None and not self.chunked)
+        self._chunk = 0  # bytes left in the current chunk
+        self._done = self.left == 0
+
+    def _line(self) -> bytes:
+        line = self.fp.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise ProtocolError("line too long")
+        return line
+
+    def _status_line(self) -> tuple[str, int, str]:
+        line = self._line()
+        if not line:
+            raise Dropped("the server closed the connection without an answer")
+        parts = line.decode("iso-8859-1").rstrip("\r\n").split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not (len(parts[1]) == 3 and parts[1].isdigit()):
+            raise ProtocolError(f"bad status line {line[:40]!r}")
+        status = int(parts[1])
+        if status < 100:
+            raise ProtocolError(f"bad status line {line[:40]!r}")
+        return parts[0], status, parts[2] if len(parts) > 2 else ""
+
+    def _fields(self) -> list[tuple[str, str]]:
+        fields: list[tuple[str, str]] = []
+        while True:
+            line = self._line()
+            if line in (b"\r\n", b"\n", b""):
+                return fields
+            if len(fields) >= _MAX_HEADERS:
+                raise ProtocolError(f"got more than {_MAX_HEADERS} headers")
+            text = line.decode("iso-8859-1").rstrip("\r\n")
+            if text[:1] in (" ", "\t") and fields:  # an obsolete folded line continues the field before
+                name, value = fields[-1]
+                fields[-1] = (name, f"{value} {text.strip()}")
+                continue
+            name, colon, value = text.partition(":")
+            if colon:
+                fields.append((name, value.strip(" \t")))
+
+    def getheaders(self) -> list[tuple[str, str]]:
+        return self.fields
+
+    def getheader(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+    def isclosed(self) -> bool:
+        return self._done
+
+    def read(self, amt: int | None = None) -> bytes:
+        """Up to ``amt`` bytes of the body (None: all of it; b"" at its end); Dropped where it ends early."""
+        if amt is None:
+            return b"".join(iter(lambda: self.read(1 << 16), b""))
+        if self._done:
+            return b""
+        if self.chunked:
+            return self._read_chunked(amt)
+        n = amt if self.left is None else min(amt, self.left)
+        data = self.fp.read1(n) if n else b""
+        if self.left is not None:
+            if not data:
+                raise Dropped(f"the answer ended {self.left} bytes early")
+            self.left -= len(data)
+            self._done = self.left == 0
+        elif not data:
+            self._done = True
+        return data
+
+    def _read_chunked(self, amt: int) -> bytes:
+        if self._chunk == 0:
+            size = self._line().split(b";", 1)[0].strip()
+            try:
+                self._chunk = int(size, 16)
+            except ValueError:
+                raise ProtocolError(f"bad chunk size {size[:20]!r}") from None
+            if self._chunk == 0:  # the last chunk: trailers up to an empty line
+                self._fields()
+                self._done = True
+                return b""
+        data = self.fp.read1(min(amt, self._chunk))
+        if not data:
+            raise Dropped("the answer ended inside a chunk")
+        self._chunk -= len(data)
+        if self._chunk == 0 and self._line() not in (b"\r\n", b"\n"):
+            raise ProtocolError("a chunk not followed by CRLF")
+        return data
+
 
 class Response:
     """One answer: status, lower-case headers, the first X-Repo-Commit along its redirects,
     the URL it came from, and its body in pieces."""
 
-    def __init__(self, r: http.client.HTTPResponse, conn: _Conn, commit: str | None, url: str,
+    def __init__(self, r: _Answer, conn: _Conn, commit: str | None, url: str,
                  headers: dict[str, str]) -> None:
         self.status, self.reason = r.status, r.reason
         self.headers, self.commit, self.url = headers, commit, url
@@ -149,7 +309,7 @@ class Response:
         while True:
             try:
                 piece = self._r.read(1 << 16)
-            except (http.client.HTTPException, OSError) as e:
+            except (ProtocolError, OSError) as e:
                 raise Dropped(_what(e)) from e
             if not piece:
                 return
@@ -248,7 +408,7 @@ class Pool:
         wake-ups contend for the interpreter lock (benchmarks/remote.py)."""
         return _Gather(self, asks, max_redirects, clock).run(at_once)
 
-    def _ask(self, method: str, url: str, headers: dict[str, str]) -> tuple[_Conn, http.client.HTTPResponse,
+    def _ask(self, method: str, url: str, headers: dict[str, str]) -> tuple[_Conn, _Answer,
                                                                             dict[str, str]]:
         scheme, host, port, path = _where(url)
         conn = self._take(scheme, host, port)
@@ -258,19 +418,19 @@ class Pool:
         except (Timeout, CannotConnect):
             conn.close()
             raise
-        except (http.client.HTTPException, OSError) as e:
+        except (ProtocolError, OSError) as e:
             conn.close()
             raise Dropped(_what(e)) from e
         return conn, r, {k.lower(): v for k, v in r.getheaders()}
 
-    def _drain(self, conn: _Conn, r: http.client.HTTPResponse) -> None:
+    def _drain(self, conn: _Conn, r: _Answer) -> None:
         length = r.getheader("content-length", "")
         if length.isdigit() and int(length) <= _DRAIN:
-            with suppress(http.client.HTTPException, OSError):  # then _release closes it
+            with suppress(ProtocolError, Dropped, OSError):  # then _release closes it
                 r.read()
         self._release(conn, r)
 
-    def _release(self, conn: _Conn, r: http.client.HTTPResponse) -> None:
+    def _release(self, conn: _Conn, r: _Answer) -> None:
         if r.isclosed() and not r.will_close:
             self._give(conn)
         else:
@@ -437,7 +597,7 @@ class _Gather:
             conn.request(ask.method, ask.where[3], headers=ask.headers)
         except (Timeout, CannotConnect):
             raise
-        except (http.client.HTTPException, OSError) as e:
+        except (ProtocolError, OSError) as e:
             raise Dropped(_what(e)) from e
         self._register(ask, conn.sock.sock, selectors.EVENT_READ, "answer")
 
@@ -451,7 +611,7 @@ class _Gather:
             r = conn.getresponse()
         except (Timeout, CannotConnect):
             raise
-        except (http.client.HTTPException, OSError) as e:
+        except (ProtocolError, OSError) as e:
             raise Dropped(_what(e)) from e
         hdrs = {k.lower(): v for k, v in r.getheaders()}
         ask.commit = ask.commit or hdrs.get("x-repo-commit")
