@@ -23,52 +23,24 @@ huggingface_hub's imports (benchmarks/remote.py times both).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from specguard.checkpoint.errors import CheckpointError
-from specguard.errors import UsageError
+from specguard.checkpoint.limits import ENV, Limits
 
 if TYPE_CHECKING:
     import httpx2
 
     from specguard.checkpoint import plainhttp
 
-# Defaults; each is overridden by its environment variable (seconds).
-REQUEST_TIMEOUT = 30.0  # SPECGUARD_REMOTE_TIMEOUT: one request, from connect to its last byte
-AUDIT_TIMEOUT = 120.0  # SPECGUARD_REMOTE_DEADLINE: the whole audit, retries and waits included
-RETRY_WAIT = 30.0  # SPECGUARD_REMOTE_RETRY_WAIT: time spent waiting before retries, in all
 RETRIES = 5  # per request, as huggingface_hub's http_backoff
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # http_backoff's list
 BACKOFF = 1.0  # seconds before the first retry without Retry-After, doubling (http_backoff's)
 MAX_REDIRECTS = 10
 POLL = 0.25  # seconds a blocked socket read waits before looking at the deadline and the stop flag
-ENV = {"request": "SPECGUARD_REMOTE_TIMEOUT", "audit": "SPECGUARD_REMOTE_DEADLINE",
-       "retry_wait": "SPECGUARD_REMOTE_RETRY_WAIT"}
-
-
-class Limits(NamedTuple):  # not a dataclass: a replayed audit imports this module, not dataclasses
-    request: float = REQUEST_TIMEOUT
-    audit: float = AUDIT_TIMEOUT
-    retry_wait: float = RETRY_WAIT
-
-    @classmethod
-    def from_env(cls) -> Limits:
-        values: dict[str, float] = {}
-        for name, var in ENV.items():
-            raw = os.environ.get(var)
-            if raw is None or raw == "":
-                continue
-            try:
-                values[name] = float(raw)
-            except ValueError:
-                values[name] = math.nan
-            if not values[name] >= 0 or values[name] == math.inf:
-                raise UsageError(f"{var}={raw[:40]!r}: not a number of seconds")
-        return cls(**values)
 
 
 class Answer(NamedTuple):

@@ -92,7 +92,7 @@ def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, 
     fits, token = plain_fits(where)
     if not fits:
         return None
-    from specguard.checkpoint.hubhttp import Limits
+    from specguard.checkpoint.limits import Limits
 
     url = urlsplit(where)
     path = f"{url.path}/{repo_id}/resolve/{quote(revision or 'main', safe='')}/{INDEX}"
