@@ -119,10 +119,9 @@ class _Prefetch:
                                        name="specguard-prefetch")
 
     def _run(self, repo_id: str, revision: str | None) -> None:
-        # Every import this thread makes comes before the command takes its result: kept.py's
-        # tempfile is the one left for the cache write after it. From then on, the main thread
-        # may import beside it with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
-        import tempfile  # noqa: F401
+        # Every import this thread makes comes before the command takes its result (the cache
+        # write after it imports nothing). From then on, the main thread may import beside it
+        # with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
         try:
             self.outcome = (_open(repo_id, revision, self._report, self.stop, self._read), None)
         except BaseException as e:  # handed to the command's own open_remote, raised there
@@ -349,8 +348,11 @@ def _fetch(
 def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
     """Each shard's tensor names, in file-name order."""
     shards: dict[str, list[str]] = {}
-    for name, shard in weight_map.items():
-        shards.setdefault(shard, []).append(name)
+    for name, shard in weight_map.items():  # 100,000 entries: no list built per entry (setdefault's)
+        names = shards.get(shard)
+        if names is None:
+            names = shards[shard] = []
+        names.append(name)
     for shard in shards:
         if escapes(shard):
             raise CheckpointError(f"{repo_id}/{INDEX} [{shard}]", "shard path escapes the repository")
@@ -405,12 +407,19 @@ def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
         return FIRST_READ
     if per_entry is None:  # no shard read yet: above the ~70-100 bytes an entry takes beyond its name
         per_entry = 128.0
-    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    name_bytes = _utf8_length(tensor_names)
     return 8 + name_bytes + int(len(tensor_names) * per_entry * ENTRY_MARGIN) + SLACK
 
 
+def _utf8_length(names: list[str]) -> int:
+    """The names' total length in UTF-8: their length in characters when all are ASCII, as
+    tensor names nearly always are (one join, not an encode per name)."""
+    joined = "".join(names)
+    return len(joined) if joined.isascii() else len(joined.encode())
+
+
 def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
-    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    name_bytes = _utf8_length(tensor_names)
     return max(0.0, len(header) - name_bytes) / len(tensor_names)
 
 
