@@ -14,10 +14,10 @@ retry on stderr. Here instead (docs/remote.md, "Limits"):
 - an answer's size and kind are checked from its headers, and at most the bytes
   asked for are read.
 
-Where the standard library's http.client does exactly what httpx2 would (no proxy,
-a token known without huggingface_hub's auth code: revision.py ``plain_fits``), it
-carries the requests instead (plainhttp.py): the same rules, without httpx2's and
-huggingface_hub's imports (benchmarks/remote.py times both).
+Where the standard library's sockets do exactly what httpx2 would (no proxy, a token
+known without huggingface_hub's auth code: revision.py ``plain_fits``), plainhttp.py
+carries the requests instead: the same rules, without httpx2's and huggingface_hub's
+imports (benchmarks/remote.py times both).
 """
 
 from __future__ import annotations
@@ -275,14 +275,14 @@ class Session:
 
     def _once_plain(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
                     first: int | None, last: int | None, limit: int) -> Answer:
-        """``_once`` over http.client: each failure named as ``_once_httpx2`` names it."""
+        """``_once`` over plainhttp: each failure named as ``_once_httpx2`` names it."""
         assert self.pool is not None
         return self._plain_answer(self.pool.stream(method, url, headers, MAX_REDIRECTS), method, where, first, last,
                                   limit)
 
     def _plain_answer(self, outcome: Any, method: Literal["GET", "HEAD"], where: str, first: int | None,
                       last: int | None, limit: int) -> Answer:
-        """The Answer from an http.client answer (a Response, a context giving one, or the exception
+        """The Answer from a plainhttp answer (a Response, a context giving one, or the exception
         getting it raised), its body read within the limits; each failure named as httpx2's are."""
         from specguard.checkpoint import plainhttp
 

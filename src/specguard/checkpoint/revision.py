@@ -2,8 +2,8 @@
 
 A replayed audit (commands/replay.py) needs this one answer and nothing else, and
 importing huggingface_hub's request headers with httpx2 costs more CPU than the whole
-rest of a replay (benchmarks/remote.py: "cached"). So the plain case asks through the
-standard library's http.client, with the token huggingface_hub would send where that is
+rest of a replay (benchmarks/remote.py: "cached"). So the plain case asks over the
+standard library's sockets, with the token huggingface_hub would send where that is
 certain without it (HF_TOKEN, or a saved token that is no refreshable OAuth login).
 Whatever the plain case cannot vouch for goes to the full client (remote.py ``lookup``:
 retries, deadlines, one-line errors): a proxy or CA setting, OIDC, offline mode, a
@@ -69,7 +69,7 @@ def resolve(repo_id: str, revision: str | None) -> tuple[str, str] | None:
 
 
 def plain_fits(where: str) -> tuple[bool, str | None]:
-    """(True, the token to send) where the standard library's http.client does what the full
+    """(True, the token to send) where the standard library's sockets do what the full
     client (httpx2 with huggingface_hub's headers) would for ``where``; (False, None) where not:
     a proxy or CA setting, OIDC, offline mode, a macOS/Windows trust store, an odd endpoint."""
     import sys
