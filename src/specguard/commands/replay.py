@@ -36,9 +36,10 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
         return run(args)
     from specguard.checkpoint.revision import resolve
 
-    resolved = resolve(args.source, args.revision)  # None: a first audit, which learns its commit as it reads
-    if resolved is not None:
-        answer = _load(_entry(args, *resolved))
+    keyed: list[str] = []  # this audit's key, worked out while the server answers the HEAD
+    resolved = resolve(args.source, args.revision, lambda: keyed.append(_key(args)))
+    if resolved is not None:  # None: a first audit, which learns its commit as it reads
+        answer = _load(_entry(args, *resolved, keyed[0] if keyed else None))
         if answer is not None:
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
@@ -116,17 +117,20 @@ def _load(path: Path | None) -> tuple[int, list[tuple[bool, str]]] | None:
     return None
 
 
-def _entry(args: argparse.Namespace, endpoint: str, commit: str) -> Path | None:
-    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py)."""
+def _entry(args: argparse.Namespace, endpoint: str, commit: str, key: str | None = None) -> Path | None:
+    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py).
+    ``key``: ``_key(args)``, where it was worked out already."""
     from specguard.checkpoint import kept
 
     snapshot = kept.snapshot_path(endpoint, args.source, commit)
     if snapshot is None:
         return None
-    return snapshot.parent / "results" / commit / f"{_key(args)}.v{VERSION}"
+    return snapshot.parent / "results" / commit / f"{key or _key(args)}.v{VERSION}"
 
 
 def _key(args: argparse.Namespace) -> str:
+    import json  # for _load, which follows: imported while the server answers  # noqa: F401
+
     from specguard._version import __version__
 
     options = sorted((k, repr(v)) for k, v in vars(args).items() if k not in _UNKEYED)
