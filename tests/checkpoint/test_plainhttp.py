@@ -30,14 +30,22 @@ ANSWERS = {
 }
 
 
+class _Stats:
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        self.in_flight = 0  # requests read, not answered yet
+        self.most_in_flight = 0
+
+
 @contextmanager
-def _server(answers: list[bytes], *, delay: float = 0.0) -> Iterator[tuple[int, list[bytes]]]:
+def _server(answers: list[bytes], *, delay: float = 0.0, hold: int = 0) -> Iterator[tuple[int, _Stats]]:
     """A socket server giving ``answers`` in turn, one per request (each connection kept open
-    for the next), after ``delay`` seconds; yields its port and the requests it read."""
+    for the next), after ``delay`` seconds, and not before ``hold`` requests are in flight
+    together (or 10 s passed: then the answer is a 500); yields its port and what it saw."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    requests: list[bytes] = []
-    lock = threading.Lock()
+    stats = _Stats()
+    seen = threading.Condition()
     turn = iter(answers)
 
     def serve(conn: socket.socket) -> None:
@@ -50,13 +58,19 @@ def _server(answers: list[bytes], *, delay: float = 0.0) -> Iterator[tuple[int, 
                         return
                     got += piece
                 request, got = got.split(b"\r\n\r\n", 1)
-                with lock:
-                    requests.append(request)
+                with seen:
+                    stats.requests.append(request)
+                    stats.in_flight += 1
+                    stats.most_in_flight = max(stats.most_in_flight, stats.in_flight)
                     answer = next(turn, None)
+                    seen.notify_all()
+                    held = seen.wait_for(lambda: stats.most_in_flight >= hold, timeout=10)
                 if not answer:  # none left, or an empty one: the connection closes unanswered
                     return
                 time.sleep(delay)
-                conn.sendall(answer)
+                with seen:
+                    stats.in_flight -= 1
+                conn.sendall(answer if held else b"HTTP/1.1 500 Not all at once\r\nContent-Length: 0\r\n\r\n")
                 if b"HTTP/1.0" in answer.split(b"\r\n", 1)[0]:
                     return  # its body ends at the close
 
@@ -70,7 +84,7 @@ def _server(answers: list[bytes], *, delay: float = 0.0) -> Iterator[tuple[int, 
 
     threading.Thread(target=accept, daemon=True).start()
     try:
-        yield port, requests
+        yield port, stats
     finally:
         listener.close()
 
@@ -110,7 +124,8 @@ def test_head_answer_has_no_body_and_the_connection_is_kept():
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 12345\r\nX-Repo-Commit: abc\r\n\r\n"
     get = ANSWERS["content-length"]
     pool = _pool()
-    with _server([head, get]) as (port, requests):
+    with _server([head, get]) as (port, stats):
+        requests = stats.requests
         with pool.stream("HEAD", f"http://127.0.0.1:{port}/a", {}, 10) as r:
             assert r.status == 200 and r.commit == "abc" and b"".join(r.iter_bytes()) == b""
         with pool.stream("GET", f"http://127.0.0.1:{port}/b", {"X-Token": "t"}, 10) as r:
@@ -137,30 +152,24 @@ def test_not_http_is_dropped(raw):
 
 
 def test_gather_gives_what_stream_gives_from_one_thread():
-    """Twelve asks to a server answering each after 0.3 s: all in flight at once (one
-    round trip, not twelve), a redirect followed, answers as stream reads them."""
+    """Twelve asks to a server that answers none before all twelve are in flight together
+    (one thread sending each after the last answer would get 500s), a redirect followed,
+    answers as stream reads them."""
     n = 12
     answers = [b"HTTP/1.1 302 Found\r\nLocation: /moved\r\nX-Repo-Commit: c1\r\nContent-Length: 0\r\n\r\n"]
     answers += [f"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{i:04d}".encode() for i in range(n)]
     pool = _pool()
-    ends: dict[int, float] = {}
-
-    def clock(i: int) -> float:
-        return ends.setdefault(i, math.inf)
-
-    with _server(answers, delay=0.3) as (port, requests):
-        t = time.monotonic()
+    with _server(answers, hold=n) as (port, stats):
         got = {}
-        for i, r in pool.gather([("GET", f"http://127.0.0.1:{port}/{i}", {}) for i in range(n)], 10, clock, 64):
+        for i, r in pool.gather([("GET", f"http://127.0.0.1:{port}/{i}", {}) for i in range(n)], 10,
+                                lambda i: math.inf, 64):
             assert isinstance(r, plainhttp.Response), r
             got[i] = (r.status, r.commit, r.url.rsplit("/", 1)[1], b"".join(r.iter_bytes()))
-        took = time.monotonic() - t
-    assert sorted(got) == list(range(n))
+    assert sorted(got) == list(range(n)) and {v[0] for v in got.values()} == {200}
     redirected = [v for v in got.values() if v[2] == "moved"]
     assert len(redirected) == 1 and redirected[0][1] == "c1"  # the first commit named along the redirects
     assert sorted(v[3] for v in got.values()) == [f"{i:04d}".encode() for i in range(n)]
-    assert len(requests) == n + 1
-    assert took < 0.3 * 4, f"{took:.2f} s: the asks were not in flight together"
+    assert len(stats.requests) == n + 1
 
 
 def test_gather_names_a_refused_connection_per_ask():
@@ -168,3 +177,18 @@ def test_gather_names_a_refused_connection_per_ask():
         port = s.getsockname()[1]
     outcomes = list(_pool().gather([("GET", f"http://127.0.0.1:{port}/x", {})], 10, lambda i: math.inf, 64))
     assert len(outcomes) == 1 and isinstance(outcomes[0][1], plainhttp.CannotConnect)
+
+
+def test_gather_keeps_at_most_at_once_in_flight_and_reuses_connections():
+    """Ten asks, three at once: every ask answered, never more than three in flight, on at
+    most three connections (a kept-alive one takes the next ask as its answer completes)."""
+    n, at_once = 10, 3
+    answers = [f"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{i:04d}".encode() for i in range(n)]
+    pool = _pool()
+    with _server(answers, delay=0.05) as (port, stats):
+        got = [b"".join(r.iter_bytes()) for _, r in pool.gather(
+            [("GET", f"http://127.0.0.1:{port}/{i}", {}) for i in range(n)], 10, lambda i: math.inf, at_once)]
+        connections = len(pool._idle[("http", "127.0.0.1", port)])
+    assert sorted(got) == [f"{i:04d}".encode() for i in range(n)] and len(stats.requests) == n
+    assert stats.most_in_flight <= at_once
+    assert connections <= at_once  # each kept alive for the next ask, none opened beyond the cap
