@@ -17,7 +17,7 @@ from specguard.commands.sources import module_roles, open_source
 from specguard.declared import ConfigError, parse_declared
 from specguard.errors import SpecguardError
 from specguard.formats.scheme import Scheme
-from specguard.formats.settle import stored_scheme
+from specguard.formats.settle import stored_schemes as stored_schemes_of
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
@@ -50,7 +50,7 @@ def stored_schemes(table: ModuleTable) -> dict[str, Scheme]:
         stack: str | None = parse_declared(dict(ckpt.config or {}), hf).stack
     except ConfigError:  # inspect reads headers; a bad claim is route's and lint's to report
         stack = None
-    return _as_route_settles(table, {m.name: stored_scheme(ckpt, m, stack) for m in table})
+    return _as_route_settles(table, stored_schemes_of(ckpt, table, stack))
 
 
 def _as_route_settles(table: ModuleTable, stored: dict[str, Scheme]) -> dict[str, Scheme]:
