@@ -28,8 +28,8 @@ Two paths implement this. The fast path decodes a well-formed header with
 msgspec into ``TensorInfo`` records (types checked in C) and checks their values
 in one loop; whatever it cannot vouch for (a decode error, a check that fails,
 or anything msgspec lets through that serde_json would not: see ``_fast``) goes
-to the reference path,
-which follows the rules above step by step and names the first bad entry.
+to the reference path, which follows the rules above step by step and names the
+first bad entry.
 tests/checkpoint/test_fuzz.py compares both with the installed safetensors;
 scripts/fuzz_headers.py runs the long version (benchmarks/results/fuzz_headers.txt).
 """
