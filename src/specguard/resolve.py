@@ -235,6 +235,23 @@ class Resolver:
                 None)
         return hit
 
+    @functools.cached_property
+    def stored_runtime_prefixes(self) -> list[str]:
+        """Every runtime prefix some build uses for a stored module (draft modules this serve
+        drops included), sorted: the names SG101 and the planner's dead-entry strategy test an
+        exclusion entry against, found once (experts of a layer share their spellings: one
+        lookup per ``alike`` name, not per module)."""
+        place = self.layout.runtime_prefixes
+        return sorted({p for k in self._keys for p in place(k)})
+
+    def checkpoint_index(self) -> NameIndex:
+        """Every checkpoint module name, indexed for pattern scans (declared/index.py); what no
+        config changes, so shared with the re-routes of proposed fixes like the grouping."""
+        hit = self._grouped.get("checkpoint index")
+        if hit is None:
+            hit = self._grouped["checkpoint index"] = NameIndex(self.table.modules)
+        return hit
+
     def modules(self, prefix: str) -> list[Module]:
         c = self.canonical(prefix)
         return [self.table[n] for n in self._groups.get(c, [])] if c else []
