@@ -15,13 +15,14 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
-from specguard.checkpoint.source import Checkpoint, open_checkpoint
+from specguard.checkpoint.source import Checkpoint, gc_paused, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
 from specguard.engines import DSPARK_MODEL, EAGLE_MODEL, NO_PLAN, NOT_MODELLED, EngineChoice, EngineModel
@@ -39,6 +40,7 @@ from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
 _SCHEME, _MISSING = attrgetter("scheme"), attrgetter("missing")
+_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 
 class Verdict(Vocabulary):
@@ -102,6 +104,11 @@ class Resolver:
         served with ``draft_method="eagle"``, else True. ``_like``: the Resolver whose
         grouping ``with_configs`` reuses when the new configs give the same layout. ``engine``: the
         modelled engine version's key in engines/registry.py (``vllm-0.33``)."""
+        with gc_paused():  # grouping builds a record per module, all kept (as classify does)
+            self._init(checkpoint, draft_method, target, platform, own_draft, table, _like, engine)
+
+    def _init(self, checkpoint: Checkpoint, draft_method: str | None, target: Resolver | None, platform: str,
+              own_draft: bool | None, table: ModuleTable | None, _like: Resolver | None, engine: str) -> None:
         if own_draft is None:
             own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
                              and not is_eagle_drafter(checkpoint.config or {}))
@@ -244,6 +251,18 @@ class Resolver:
         place = self.layout.runtime_prefixes
         return sorted({p for k in self._keys for p in place(k)})
 
+    def expert_parts(self, prefix: str) -> frozenset[tuple[str, str]]:
+        """``name.partition(".experts")``'s separator and what follows, for each checkpoint module
+        behind ``prefix``, distinct (a layer's experts: a few hundred ``.{e}.{proj}``, the same in every
+        layer): what SG702 and the planner's expert-rename check ask of every routed-expert module
+        (45,000 in a DeepSeek export), found once, shared like the grouping."""
+        key = ("expert parts", prefix)
+        hit = self._grouped.get(key)
+        if hit is None:
+            names = self._groups.get(prefix, ())
+            hit = self._grouped[key] = frozenset(map(_AFTER_SEP, map(str.partition, names, repeat(".experts"))))
+        return hit
+
     def checkpoint_index(self) -> NameIndex:
         """Every checkpoint module name, indexed for pattern scans (declared/index.py); what no
         config changes, so shared with the re-routes of proposed fixes like the grouping."""
@@ -315,8 +334,7 @@ class Resolver:
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
-            missing = list(map(_MISSING, mods))
-            lacking = dict(zip(map(id, missing), missing, strict=True)).values()  # experts share one tuple
+            lacking = set(map(_MISSING, mods))  # experts share one tuple (mostly the empty one: a cheap hash)
             hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
                                            self.layout.role(names[0]), self.layout.module_kind(names[0]))
         return hit
@@ -348,6 +366,8 @@ class Resolver:
             distinct: Iterable[Scheme] = schemes
         else:
             named = {k: name_convention(sc, stack) for k, sc in by_id.items()}
+            if len({sc.format for sc in named.values()}) <= 1:  # one format (a layer's experts): its first
+                return (named[id(stored[0])] if stored else None), sniff
             schemes = list(map(named.__getitem__, map(id, stored)))
             distinct = named.values()
         formats = {sc.format for sc in distinct}
