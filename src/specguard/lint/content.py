@@ -9,6 +9,7 @@ tensors instead of a Python loop over 100,000 small arrays (benchmarks/lint.py).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -39,14 +40,29 @@ class ScaleColumn:
 @dataclass(frozen=True)
 class ScaleSamples:
     tensors: list[TensorInfo]  # per index (its name: ``names_of``, only for the few a finding names)
-    modules: list[str]
+    owners: list[str]  # the modules holding a sampled scale, each once, in table order
+    owner_of: np.ndarray  # int per index: its module's place in ``owners``
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
-    params: np.ndarray  # parameter suffix per index (object array)
+    param_names: list[str]  # the distinct parameter suffixes, in order of first appearance
+    param_of: np.ndarray  # int per index: its parameter suffix's place in ``param_names``
     per_tensor: np.ndarray  # bool per index: read whole
     columns: list[ScaleColumn]
 
     def names_of(self, idx) -> list[str]:
         return [self.tensors[i].name for i in idx]
+
+    def modules_of(self, idx: np.ndarray) -> list[str]:
+        """The module of each index in ``idx``."""
+        return list(map(self.owners.__getitem__, self.owner_of[idx].tolist()))
+
+    def params_of(self, idx: np.ndarray) -> list[str]:
+        """The parameter suffix of each index in ``idx``."""
+        return list(map(self.param_names.__getitem__, self.param_of[idx].tolist()))
+
+    def param_in(self, names: Collection[str]) -> np.ndarray:
+        """Bool per index: its parameter suffix is one of ``names`` (decided once per distinct suffix)."""
+        return np.array([p in names for p in self.param_names], dtype=bool)[self.param_of] if self.param_names \
+            else np.zeros(len(self.tensors), dtype=bool)
 
 
 def read_scales(r: Resolver) -> ScaleSamples:
@@ -54,7 +70,6 @@ def read_scales(r: Resolver) -> ScaleSamples:
     # Fields are pulled with C-level maps (attrgetter, dict lookups), not a generator per field:
     # 135,000 scale tensors in a DeepSeek export (benchmarks/lint_export.py).
     tensors: list[TensorInfo] = []
-    modules: list[str] = []
     params: list[str] = []
     owners: list[str] = []  # each module with a scale, once
     owner_of: list[int] = []  # per scale: its module's place in ``owners``
@@ -66,11 +81,11 @@ def read_scales(r: Resolver) -> ScaleSamples:
                 tensors.append(t)
                 params.append(p)
         if len(tensors) > n:
-            modules += [m.name] * (len(tensors) - n)
             owner_of += [len(owners)] * (len(tensors) - n)
             owners.append(m.name)
     if r.checkpoint.root is None or not tensors:
-        return ScaleSamples([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, bool), [])
+        empty = np.zeros(0, np.int64)
+        return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
     n = len(tensors)
     dtypes = list(map(attrgetter("dtype"), tensors))
     kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
@@ -89,10 +104,10 @@ def read_scales(r: Resolver) -> ScaleSamples:
     layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
-    siblings = (layer_of[np.array(owner_of, dtype=np.int64)] * len(param_ids)
-                + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
-    return ScaleSamples(tensors, modules, siblings, np.array(params, dtype=object),
-                        per_tensor, columns)
+    param_of = np.fromiter(map(param_ids.__getitem__, params), np.int64, n)
+    owner_at = np.array(owner_of, dtype=np.int64)
+    siblings = layer_of[owner_at] * len(param_ids) + param_of
+    return ScaleSamples(tensors, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
 
 
 def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count: np.ndarray) -> ScaleColumn:

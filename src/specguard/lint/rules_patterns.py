@@ -53,7 +53,7 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
         patterns = r.declared_config.exclusions
         if not patterns or _never_starts(r) or _matching_unmodelled(r):
             continue
-        built = getattr(r.vllm, "built_prefixes", tuple)()  # built though not stored
+        built: tuple[str, ...] = tuple(getattr(r.vllm, "built_prefixes", tuple)())  # built though not stored
         runtime = r.stored_runtime_prefixes
         if built:
             runtime = sorted(set(runtime).union(built))

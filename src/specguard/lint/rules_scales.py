@@ -62,7 +62,7 @@ def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, se
         yield "hold NaN or Inf", hit(~np.isfinite(v))
     if col.dtype in ("F32", "BF16", "F16"):
         yield "hold vLLM's finfo(float32).min fill value", hit(v == FINFO_MIN)
-        signed = np.array([p in NON_NEGATIVE for p in samples.params], dtype=bool)[owner]  # isin sorts strings
+        signed = samples.param_in(NON_NEGATIVE)[owner]
         yield "hold negative values", hit((v < 0) & (v != FINFO_MIN) & signed)
     if col.dtype != "U8":
         yield "are zero (a per-tensor scale of 0 erases the layer)", hit(per_tensor & (v == 0))
@@ -89,7 +89,7 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
             med = float(np.median(vals))
             far = members[(vals > med * SIBLING_SPREAD) | (vals < med / SIBLING_SPREAD)]
             if far.size:
-                param = samples.params[owners[members[0]]]
+                param = samples.param_names[samples.param_of[owners[members[0]]]]
                 what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
                 out.setdefault(what, set()).update(owners[far].tolist())
     return out
