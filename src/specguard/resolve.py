@@ -39,7 +39,7 @@ from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
-_SCHEME, _MISSING = attrgetter("scheme"), attrgetter("missing")
+_SCHEME_MISSING, _FIRST, _SECOND = attrgetter("scheme", "missing"), itemgetter(0), itemgetter(1)
 _AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 
@@ -328,32 +328,36 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind]:
+    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind,
+                                                                 list[Scheme]]:
         """The prefix's modules (``names``: at least one), the tensors they lack, its role and
-        layer kind: what no config changes, shared like ``_stored``."""
+        layer kind, and each module's stored scheme: what no config changes, shared like ``_stored``."""
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
-            lacking = set(map(_MISSING, mods))  # experts share one tuple (mostly the empty one: a cheap hash)
+            pairs = list(map(_SCHEME_MISSING, mods))  # one visit per module (45,000 in a DeepSeek export)
+            lacking = set(map(_SECOND, pairs))  # experts share one tuple (mostly the empty one: a cheap hash)
             hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
-                                           self.layout.role(names[0]), self.layout.module_kind(names[0]))
+                                           self.layout.role(names[0]), self.layout.module_kind(names[0]),
+                                           list(map(_FIRST, pairs)))
         return hit
 
-    def _stored(self, prefix: str, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+    def _stored(self, prefix: str, mods: list[Module], stored: list[Scheme],
+                claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         """The stored scheme behind ``prefix``; shared with the re-routes of proposed fixes
         (``with_configs``), which change the claim or the stack only where they edit them."""
         key = (prefix, claim, self.declared_config.stack)
         hit = self._grouped.get(key)
         if hit is None:
-            hit = self._grouped[key] = self._settle(mods, claim)
+            hit = self._grouped[key] = self._settle(mods, stored, claim)
         return hit
 
-    def _settle(self, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+    def _settle(self, mods: list[Module], stored: list[Scheme],
+                claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         stack = self.declared_config.stack
         # The modules of a prefix share few scheme objects (the 256 experts of a layer: one),
         # found with C-level maps and named once each; only an ambiguous one is settled
         # module by module (from its bytes).
-        stored = list(map(_SCHEME, mods))
         by_id = dict(zip(map(id, stored), stored, strict=True))
         sniff = None
         if any(sc.format == s.AMBIGUOUS for sc in by_id.values()):
@@ -383,12 +387,12 @@ class Resolver:
         names = self._groups.get(prefix, [])
         if not names:
             return self._absent(prefix)
-        mods, missing, role, kind = self._modules_of(prefix, names)
+        mods, missing, role, kind, schemes = self._modules_of(prefix, names)
         first = names[0]
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
         declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
-        stored, sniff = self._stored(prefix, mods, declared.scheme)
+        stored, sniff = self._stored(prefix, mods, schemes, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         if stored is not None and not stored.quantized and not declared.quantized:

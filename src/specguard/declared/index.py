@@ -21,6 +21,7 @@ from specguard.declared import model as m
 from specguard.declared import patterns as p
 
 _SEP = "\n"
+_WILDCARDS = re.compile(r"([*?])")
 
 
 def _glob_regex(pattern: str) -> str | None:
@@ -28,7 +29,8 @@ def _glob_regex(pattern: str) -> str | None:
     left to the fallback)."""
     if "[" in pattern or _SEP in pattern:
         return None
-    return "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in pattern)
+    # the wildcards split out, the literal runs escaped whole (re.escape is char by char: the same text)
+    return "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in _WILDCARDS.split(pattern))
 
 
 class NameIndex:
