@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 
@@ -30,11 +31,27 @@ class ScaleColumn:
     """All sampled scale elements of one dtype, each tagged with its tensor's index."""
 
     dtype: str
-    values: np.ndarray  # float32 (U8: the raw codes)
     raw: np.ndarray | None  # uint8 codes for 8-bit dtypes
     owner: np.ndarray  # tensor index per element
     starts: np.ndarray  # first element of each tensor in ``owners``
     owners: np.ndarray  # tensor indices with at least one element, ascending
+    wide: np.ndarray | None = None  # float32 per element of a wider dtype (8-bit: None, see ``table``)
+    table: np.ndarray | None = None  # 8-bit: the float32 of each of the 256 codes (U8: the codes)
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        """float32 per element (U8: the raw codes); an 8-bit column's made from ``table`` when first
+        asked: its checks run on the 256 codes (``of_codes``), not on millions of block samples."""
+        if self.wide is not None:
+            return self.wide
+        assert self.table is not None and self.raw is not None
+        return self.table[self.raw]
+
+    def of_codes(self, per_code: np.ndarray) -> np.ndarray:
+        """An 8-bit column's per-element mask from a mask over its 256 codes (a check of ``values``
+        made once per code: the same answer element by element)."""
+        assert self.raw is not None
+        return per_code[self.raw]
 
 
 @dataclass(frozen=True)
@@ -118,13 +135,12 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     total = int(counts.sum())
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     # element j of tensor i lies at pos[i] + (j - first[i]) * k: one repeat over all elements
-    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
-    gathered = buf[byte_at][:, None] if k == 1 else buf[byte_at[:, None] + np.arange(k)]  # (total, k) bytes
-    codes = gathered[:, 0] if k == 1 else None
-    if codes is not None:  # 8-bit: each code's float32 from a 256-entry table (the same conversion, once per code)
-        values = (np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8)
-                  .astype(np.float32)[codes])
-    else:
-        values = gathered.reshape(-1).view(np_dtype).astype(np.float32)
     keep = counts > 0
-    return ScaleColumn(dtype, values, codes, np.repeat(idx, counts), first[keep], idx[keep])
+    owner = np.repeat(idx, counts)
+    if k == 1:  # 8-bit: the codes; each code's float32 from a 256-entry table (the same conversion, once per code)
+        codes = buf[np.arange(total, dtype=np.int64) + np.repeat(pos[idx] - first, counts)]
+        table = np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
+        return ScaleColumn(dtype, codes, owner, first[keep], idx[keep], table=table)
+    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
+    values = buf[byte_at[:, None] + np.arange(k)].reshape(-1).view(np_dtype).astype(np.float32)  # (total, k) bytes
+    return ScaleColumn(dtype, None, owner, first[keep], idx[keep], wide=values)
