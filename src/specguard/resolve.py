@@ -170,7 +170,9 @@ class Resolver:
             # name places the same): one placement cache, so no runtime prefix is placed twice
             self.vllm.layout = self.layout
         self._routes: dict[str, Route] = {}
-        self._canonical: dict[str, str | None] = {}  # ``canonical`` by spelling asked
+        # ``canonical`` by spelling asked: an answer reads only ``_alias`` and ``_groups``, so a re-route
+        # sharing them shares the answers too
+        self._canonical: dict[str, str | None] = self._grouped.setdefault("canonical spellings", {})
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
@@ -262,6 +264,14 @@ class Resolver:
             names = self._groups.get(prefix, ())
             hit = self._grouped[key] = frozenset(map(_AFTER_SEP, map(str.partition, names, repeat(".experts"))))
         return hit
+
+    def route_modules(self, rt: Route) -> list[Module]:
+        """The modules behind one of this resolver's routes, in ``rt.checkpoint_names``' order: the
+        routing's own list where it made one (read it, do not change it), else looked up by name."""
+        hit = self._grouped.get(rt.prefix)
+        if hit is not None and len(hit[0]) == len(rt.checkpoint_names):
+            return hit[0]
+        return [m for m in map(self.table.modules.get, rt.checkpoint_names) if m is not None]
 
     def checkpoint_index(self) -> NameIndex:
         """Every checkpoint module name, indexed for pattern scans (declared/index.py); what no

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 import numpy as np
 
@@ -84,19 +84,29 @@ class ScaleSamples:
 
 def read_scales(r: Resolver) -> ScaleSamples:
     """Every scale tensor's bytes: whole for per-tensor scales, a prefix for block scales."""
-    # Fields are pulled with C-level maps (attrgetter, dict lookups), not a generator per field:
-    # 135,000 scale tensors in a DeepSeek export (benchmarks/lint_export.py).
+    # Each scale's fields are taken while its record is at hand: a later pass per field over 135,000
+    # scale tensors (a DeepSeek export, benchmarks/lint_export.py) waits on memory for each record again.
     tensors: list[TensorInfo] = []
     params: list[str] = []
+    dtypes: list[str] = []
+    spans: list[tuple[int, int]] = []  # data_offsets
+    starts: list[int] = []  # data_start
+    files: list[str] = []
     owners: list[str] = []  # each module with a scale, once
     owner_of: list[int] = []  # per scale: its module's place in ``owners``
     numpy_dtypes = NUMPY
     for m in r.table:
         n = len(tensors)
         for p, t in m.params.items():
-            if p in SCALE_PARAMS and t.dtype in numpy_dtypes:
-                tensors.append(t)
-                params.append(p)
+            if p in SCALE_PARAMS:
+                d = t.dtype
+                if d in numpy_dtypes:
+                    tensors.append(t)
+                    params.append(p)
+                    dtypes.append(d)
+                    spans.append(t.data_offsets)
+                    starts.append(t.data_start)
+                    files.append(t.file)
         if len(tensors) > n:
             owner_of += [len(owners)] * (len(tensors) - n)
             owners.append(m.name)
@@ -104,17 +114,16 @@ def read_scales(r: Resolver) -> ScaleSamples:
         empty = np.zeros(0, np.int64)
         return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
     n = len(tensors)
-    dtypes = list(map(attrgetter("dtype"), tensors))
     kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
     kind = np.fromiter(map(kinds.__getitem__, dtypes), np.int64, n)
     itemsize = np.array([NUMPY[d].itemsize for d in kinds], dtype=np.int64)[kind]
-    span = np.fromiter(chain.from_iterable(map(attrgetter("data_offsets"), tensors)), np.int64, 2 * n).reshape(n, 2)
-    begin = np.fromiter(map(attrgetter("data_start"), tensors), np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
+    span = np.fromiter(chain.from_iterable(spans), np.int64, 2 * n).reshape(n, 2)
+    begin = np.fromiter(starts, np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
     size = span[:, 1] - span[:, 0]
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize
-    buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
+    buf, pos = r.checkpoint.read_ranges(files, begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
     layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module

@@ -168,8 +168,11 @@ def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
     if not want:
         return ()
     # each module's parameters, found with C-level maps (45,000 expert modules in a DeepSeek export)
-    held = list(chain.from_iterable(map(_PARAMS, filter(None, map(res.table.modules.get, rt.checkpoint_names)))
-                                    for res in ctx.resolvers))
+    if len(ctx.resolvers) == 1:  # the route's own modules, as its routing found them
+        held = list(map(_PARAMS, ctx.resolvers[0].route_modules(rt)))  # type: ignore[arg-type]  # (a Route)
+    else:
+        held = list(chain.from_iterable(map(_PARAMS, filter(None, map(res.table.modules.get, rt.checkpoint_names)))
+                                        for res in ctx.resolvers))
     out: set[str] = set()
     for alternatives in want:
         # the modules holding none of the alternatives: those lacking the first, then of them those
