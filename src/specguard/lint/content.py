@@ -51,7 +51,13 @@ class ScaleColumn:
         """An 8-bit column's per-element mask from a mask over its 256 codes (a check of ``values``
         made once per code: the same answer element by element)."""
         assert self.raw is not None
-        return per_code[self.raw]
+        hits = np.flatnonzero(per_code)
+        if len(hits) > 8:  # a table lookup (its uint8 index widened first: slower than a few compares)
+            return per_code[self.raw]
+        mask = np.zeros(self.raw.shape, dtype=bool)
+        for code in hits.tolist():  # mostly none or one or two (E4M3's NaN codes 0x7F, 0xFF)
+            mask |= self.raw == code
+        return mask
 
 
 @dataclass(frozen=True)
