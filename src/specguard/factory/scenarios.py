@@ -502,7 +502,8 @@ def _scenarios() -> dict[str, Scenario]:
                  s7, facts={"draft_kind": MTP, "draft_layers_declared": 1,
                             "draft_layers_stored": 0}),
         Scenario("s8", "clean reference: all BF16, MTP included", s8, facts=mtp1),
-        Scenario("s8-nvfp4", "clean reference: ModelOpt NVFP4 target whose MTP is NVFP4 too",
+        Scenario("s8-nvfp4", "ModelOpt NVFP4 target whose MTP is NVFP4 too (clean for vLLM; "
+                 "SGLang drops the NextN draft's quant config)",
                  s8_nvfp4, facts=mtp1),
     ]
 

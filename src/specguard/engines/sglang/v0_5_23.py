@@ -310,7 +310,7 @@ class Sglang0523:
             if prefix.endswith(".gate_up_proj") and ".experts." not in f"{prefix}." and scales:
                 shards = tuple(n for n, pre, _ in self._draft_modules(modules) if pre == prefix)
                 return [Refusal("weight loading", f"KeyError: '{prefix}.{scales[0]}'",
-                                f"it builds the NextN draft without a quant config{self._no_draft_quant()}, "
+                                f"its NextN draft has no quant config{self._why_none()}, "
                                 f"so the stored {mod.scheme.format} scales of the fused {prefix.rsplit('.', 1)[-1]} "
                                 "have no parameter (deepseek_weight_loader.py do_load_weights)", shards)]
         return []
@@ -449,10 +449,14 @@ class Sglang0523:
         return cls
 
     def _no_draft_quant(self) -> str:
+        return f" for the draft{self._why_none()}" if self._why_none() else ""
+
+    def _why_none(self) -> str:
+        """Why the draft has no quant config, as a trailing clause (findings wrap it in parentheses)."""
         if self.draft_quantization == "unquant":
-            return " (--speculative-draft-model-quantization unquant)"
+            return ", as --speculative-draft-model-quantization unquant asks"
         if self.quant_class is not None:
-            return f" for the draft ({self._drop_source()} drops it under modelopt_fp4)"
+            return f", dropped by {self._drop_source()} under modelopt_fp4"
         return ""
 
     def _drop_source(self) -> str:
