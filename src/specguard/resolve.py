@@ -39,7 +39,7 @@ from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
-_SCHEME_MISSING, _FIRST, _SECOND = attrgetter("scheme", "missing"), itemgetter(0), itemgetter(1)
+_VISIT, _FIRST, _SECOND, _THIRD = attrgetter("scheme", "missing", "params"), itemgetter(0), itemgetter(1), itemgetter(2)
 _AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 
@@ -265,13 +265,13 @@ class Resolver:
             hit = self._grouped[key] = frozenset(map(_AFTER_SEP, map(str.partition, names, repeat(".experts"))))
         return hit
 
-    def route_modules(self, rt: Route) -> list[Module]:
-        """The modules behind one of this resolver's routes, in ``rt.checkpoint_names``' order: the
-        routing's own list where it made one (read it, do not change it), else looked up by name."""
+    def route_params(self, rt: Route) -> list[Mapping[str, TensorInfo]]:
+        """The parameters of each module behind one of this resolver's routes, in ``rt.checkpoint_names``'
+        order: the routing's own list where it made one (read it, do not change it), else looked up."""
         hit = self._grouped.get(rt.prefix)
         if hit is not None and len(hit[0]) == len(rt.checkpoint_names):
-            return hit[0]
-        return [m for m in map(self.table.modules.get, rt.checkpoint_names) if m is not None]
+            return hit[5]
+        return [m.params for m in map(self.table.modules.get, rt.checkpoint_names) if m is not None]
 
     def checkpoint_index(self) -> NameIndex:
         """Every checkpoint module name, indexed for pattern scans (declared/index.py); what no
@@ -339,17 +339,18 @@ class Resolver:
     # -- internals ----------------------------------------------------------
 
     def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind,
-                                                                 list[Scheme]]:
-        """The prefix's modules (``names``: at least one), the tensors they lack, its role and
-        layer kind, and each module's stored scheme: what no config changes, shared like ``_stored``."""
+                                                                 list[Scheme], list[Mapping[str, TensorInfo]]]:
+        """The prefix's modules (``names``: at least one), the tensors they lack, its role and layer
+        kind, and each module's stored scheme and parameters: what no config changes, shared like
+        ``_stored``."""
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
-            pairs = list(map(_SCHEME_MISSING, mods))  # one visit per module (45,000 in a DeepSeek export)
+            pairs = list(map(_VISIT, mods))  # one visit per module (45,000 in a DeepSeek export)
             lacking = set(map(_SECOND, pairs))  # experts share one tuple (mostly the empty one: a cheap hash)
             hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
                                            self.layout.role(names[0]), self.layout.module_kind(names[0]),
-                                           list(map(_FIRST, pairs)))
+                                           list(map(_FIRST, pairs)), list(map(_THIRD, pairs)))
         return hit
 
     def _stored(self, prefix: str, mods: list[Module], stored: list[Scheme],
@@ -397,7 +398,7 @@ class Resolver:
         names = self._groups.get(prefix, [])
         if not names:
             return self._absent(prefix)
-        mods, missing, role, kind, schemes = self._modules_of(prefix, names)
+        mods, missing, role, kind, schemes, _ = self._modules_of(prefix, names)
         first = names[0]
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()

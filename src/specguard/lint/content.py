@@ -32,11 +32,25 @@ class ScaleColumn:
 
     dtype: str
     raw: np.ndarray | None  # uint8 codes for 8-bit dtypes
-    owner: np.ndarray  # tensor index per element
+    idx: np.ndarray  # the dtype's tensor indices, ascending
+    counts: np.ndarray  # elements sampled per tensor of ``idx``
     starts: np.ndarray  # first element of each tensor in ``owners``
     owners: np.ndarray  # tensor indices with at least one element, ascending
     wide: np.ndarray | None = None  # float32 per element of a wider dtype (8-bit: None, see ``table``)
     table: np.ndarray | None = None  # 8-bit: the float32 of each of the 256 codes (U8: the codes)
+
+    @cached_property
+    def owner(self) -> np.ndarray:
+        """Tensor index per element (made when first asked: a block-scale column's checks name the
+        tensors of their hits only, ``owners_at``)."""
+        return np.repeat(self.idx, self.counts)
+
+    def owners_at(self, mask: np.ndarray) -> np.ndarray:
+        """``owner[mask]``, found from the hits' positions (none, mostly) without ``owner``."""
+        at = np.flatnonzero(mask)
+        if "owner" in self.__dict__ or not len(at):
+            return self.owner[at]
+        return self.idx[np.searchsorted(np.cumsum(self.counts), at, side="right")]
 
     @cached_property
     def values(self) -> np.ndarray:
@@ -151,11 +165,10 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     # element j of tensor i lies at pos[i] + (j - first[i]) * k: one repeat over all elements
     keep = counts > 0
-    owner = np.repeat(idx, counts)
     if k == 1:  # 8-bit: the codes; each code's float32 from a 256-entry table (the same conversion, once per code)
         codes = buf[np.arange(total, dtype=np.int64) + np.repeat(pos[idx] - first, counts)]
         table = np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
-        return ScaleColumn(dtype, codes, owner, first[keep], idx[keep], table=table)
+        return ScaleColumn(dtype, codes, idx, counts, first[keep], idx[keep], table=table)
     byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
     values = buf[byte_at[:, None] + np.arange(k)].reshape(-1).view(np_dtype).astype(np.float32)  # (total, k) bytes
-    return ScaleColumn(dtype, None, owner, first[keep], idx[keep], wide=values)
+    return ScaleColumn(dtype, None, idx, counts, first[keep], idx[keep], wide=values)

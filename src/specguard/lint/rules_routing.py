@@ -169,7 +169,7 @@ def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
         return ()
     # each module's parameters, found with C-level maps (45,000 expert modules in a DeepSeek export)
     if len(ctx.resolvers) == 1:  # the route's own modules, as its routing found them
-        held = list(map(_PARAMS, ctx.resolvers[0].route_modules(rt)))  # type: ignore[arg-type]  # (a Route)
+        held = ctx.resolvers[0].route_params(rt)  # type: ignore[arg-type]  # (a Route)
     else:
         held = list(chain.from_iterable(map(_PARAMS, filter(None, map(res.table.modules.get, rt.checkpoint_names)))
                                         for res in ctx.resolvers))

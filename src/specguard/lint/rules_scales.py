@@ -51,11 +51,11 @@ def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
 def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, set[int]]]:
     """Each check is one vectorized mask over every sampled element of the dtype (an 8-bit
     dtype's: over its 256 codes, then looked up per element)."""
-    owner, table = col.owner, col.table
+    table = col.table
     eight_bit = col.raw is not None and table is not None
 
     def hit(mask: np.ndarray) -> set[int]:
-        return set(owner[mask].tolist())
+        return set(col.owners_at(mask).tolist())
 
     if col.dtype == "F8_E8M0" and col.raw is not None:  # 8-bit: raw codes are kept
         yield "hold E8M0 0xFF (NaN)", hit(col.raw == 0xFF)
@@ -65,7 +65,7 @@ def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, se
     if col.dtype in ("F32", "BF16", "F16"):
         v = col.values
         yield "hold vLLM's finfo(float32).min fill value", hit(v == FINFO_MIN)
-        signed = samples.param_in(NON_NEGATIVE)[owner]
+        signed = samples.param_in(NON_NEGATIVE)[col.owner]
         yield "hold negative values", hit((v < 0) & (v != FINFO_MIN) & signed)
     if col.dtype != "U8":
         zero_what = "are zero (a per-tensor scale of 0 erases the layer)"
@@ -74,7 +74,7 @@ def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, se
             yield zero_what, set()
             yield odd_what, set()
             return
-        per_tensor = samples.per_tensor[owner]
+        per_tensor = samples.per_tensor[col.owner]
         v = table if eight_bit and table is not None else col.values
         mag = np.abs(v)
         zero = v == 0

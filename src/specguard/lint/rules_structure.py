@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter, methodcaller
+from operator import attrgetter, getitem, methodcaller
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from specguard.lint.registry import rule
 
 GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 _W1_OR_W3 = methodcaller("endswith", (".w1", ".w3"))
-_FIRST = itemgetter(0)
+_LESS_W = slice(None, -3)
 
 
 SG501 = rule("SG501", "fused-shards-disagree", ERROR,
@@ -56,7 +56,7 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     # the fused layer each module's scale joins: its route's, or for w1 and w3 of one expert their w13
     # (route by route: no set of every expert module first, 25,000 on benchmarks/lint.py)
     shards = list(filter(_W1_OR_W3, chain.from_iterable(experts)))  # C-level maps: 25,000 experts here
-    layer_of = dict(zip(shards, map(_FIRST, map(str.rsplit, shards, repeat("."), repeat(1))), strict=True))
+    layer_of = dict(zip(shards, map(getitem, shards, repeat(_LESS_W)), strict=True))  # less ".w1" / ".w3"
     layer_of.update(fused)
     layers = list(map(layer_of.get, samples.modules_of(wanted)))
     at = [j for j, layer in enumerate(layers) if layer is not None]
