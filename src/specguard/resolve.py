@@ -244,6 +244,12 @@ class Resolver:
                 None)
         return hit
 
+    @property
+    def alike_names(self) -> list[str]:
+        """Every stored module's ``alike`` name (layouts/base.py), once each, draft modules this serve
+        drops included: experts of a layer share their placement, so one question per projection."""
+        return self._keys
+
     @functools.cached_property
     def stored_runtime_prefixes(self) -> list[str]:
         """Every runtime prefix some build uses for a stored module (draft modules this serve
