@@ -18,10 +18,12 @@ the index and the config files). CPU time (user + system) is printed beside wall
 time: on a shared machine wall time waits for others. ``specguard --version`` is
 timed too: the start-up every command pays before it reads anything.
 
-specguard sends its requests through the standard library's http.client where that
-does what huggingface_hub's httpx2 would (checkpoint/plainhttp.py), and through
-httpx2 where not (a proxy setting, among others): the "httpx2" row is the same audit
-with a proxy set and bypassed for the server (NO_PROXY), so the full client runs.
+specguard sends its requests over the standard library's sockets (checkpoint/plainhttp.py:
+HTTP/1.1 framed as http.client frames it, every request of a round sent at once from one
+thread) where that does what huggingface_hub's httpx2 would, and through httpx2 where not
+(a proxy setting, among others): the "httpx2" row is the same audit with a proxy set and
+bypassed for the server (NO_PROXY), so the full client runs; "plain client / httpx2 client"
+is what the hand-written client saves.
 Every run uses compiled bytecode, as an installed package does (the package is
 compiled first: a sandbox with PYTHONDONTWRITEBYTECODE would otherwise compile
 specguard's modules, but not huggingface_hub's, on every run).
@@ -154,7 +156,7 @@ def bench(shards: int, delay: float, repeat: int, spinners: int) -> None:
     cached, cached_stats = best[CACHED]
     print(f"  specguard / peer time = {ours / peer:.2f} (goal <= 0.5); CPU {stats['cpu'] / peer_stats['cpu']:.2f}")
     full, full_stats = best[FULL]
-    print(f"  http.client / httpx2 client, whole run: time {ours / full:.2f}; "
+    print(f"  plain client / httpx2 client, whole run: time {ours / full:.2f}; "
           f"CPU {stats['cpu'] / full_stats['cpu']:.2f}")
     reading = best[READ_OURS][0] / best[READ_PEER][0]
     print(f"  reading only, specguard / peer time = {reading:.2f}")

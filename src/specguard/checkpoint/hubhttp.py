@@ -14,60 +14,33 @@ retry on stderr. Here instead (docs/remote.md, "Limits"):
 - an answer's size and kind are checked from its headers, and at most the bytes
   asked for are read.
 
-Where the standard library's http.client does exactly what httpx2 would (no proxy,
-a token known without huggingface_hub's auth code: revision.py ``plain_fits``), it
-carries the requests instead (plainhttp.py): the same rules, without httpx2's and
-huggingface_hub's imports (benchmarks/remote.py times both).
+Where the standard library's sockets do exactly what httpx2 would (no proxy, a token
+known without huggingface_hub's auth code: revision.py ``plain_fits``), plainhttp.py
+carries the requests instead: the same rules, without httpx2's and huggingface_hub's
+imports (benchmarks/remote.py times both).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from specguard.checkpoint.errors import CheckpointError
-from specguard.errors import UsageError
+from specguard.checkpoint.limits import ENV, Limits
 
 if TYPE_CHECKING:
     import httpx2
 
     from specguard.checkpoint import plainhttp
 
-# Defaults; each is overridden by its environment variable (seconds).
-REQUEST_TIMEOUT = 30.0  # SPECGUARD_REMOTE_TIMEOUT: one request, from connect to its last byte
-AUDIT_TIMEOUT = 120.0  # SPECGUARD_REMOTE_DEADLINE: the whole audit, retries and waits included
-RETRY_WAIT = 30.0  # SPECGUARD_REMOTE_RETRY_WAIT: time spent waiting before retries, in all
 RETRIES = 5  # per request, as huggingface_hub's http_backoff
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # http_backoff's list
 BACKOFF = 1.0  # seconds before the first retry without Retry-After, doubling (http_backoff's)
 MAX_REDIRECTS = 10
 POLL = 0.25  # seconds a blocked socket read waits before looking at the deadline and the stop flag
-ENV = {"request": "SPECGUARD_REMOTE_TIMEOUT", "audit": "SPECGUARD_REMOTE_DEADLINE",
-       "retry_wait": "SPECGUARD_REMOTE_RETRY_WAIT"}
-
-
-class Limits(NamedTuple):  # not a dataclass: a replayed audit imports this module, not dataclasses
-    request: float = REQUEST_TIMEOUT
-    audit: float = AUDIT_TIMEOUT
-    retry_wait: float = RETRY_WAIT
-
-    @classmethod
-    def from_env(cls) -> Limits:
-        values: dict[str, float] = {}
-        for name, var in ENV.items():
-            raw = os.environ.get(var)
-            if raw is None or raw == "":
-                continue
-            try:
-                values[name] = float(raw)
-            except ValueError:
-                values[name] = math.nan
-            if not values[name] >= 0 or values[name] == math.inf:
-                raise UsageError(f"{var}={raw[:40]!r}: not a number of seconds")
-        return cls(**values)
 
 
 class Answer(NamedTuple):
@@ -197,29 +170,79 @@ class Session:
             self.pool.close()
 
     def get(self, url: str, where: str, *, method: Literal["GET", "HEAD"] = "GET", first: int | None = None,
-            last: int | None = None, limit: int) -> Answer:
+            last: int | None = None, limit: int, failed: _Retryable | None = None) -> Answer:
         """One answer, retried on 429, 5xx, timeouts and dropped connections within the limits.
 
         ``first``/``last``: a byte range; a 206 must say it answers that range, a 200 is
         the whole file and is refused from its headers when longer than asked. At most
-        ``limit`` bytes of a body are read; an error answer's body is not read at all."""
+        ``limit`` bytes of a body are read; an error answer's body is not read at all.
+        ``failed``: how a first attempt made elsewhere (get_all) failed; this goes on from it."""
+        headers = self._headers(first, last)
+        attempts = 0
+        while True:
+            if failed is None:
+                attempts += 1
+                try:
+                    return self._once(method, url, headers, where, first, last, limit)
+                except _Retryable as e:
+                    failed = e
+            else:
+                attempts = max(attempts, 1)
+            failure, wait = failed.what, failed.wait
+            failed = None
+            if attempts > RETRIES:
+                raise CheckpointError(where, f"{failure}, {attempts} times; giving up")
+            self._pause(where, failure, BACKOFF * 2 ** (attempts - 1) if wait is None else wait, wait)
+
+    def _headers(self, first: int | None, last: int | None) -> dict[str, str]:
         headers = dict(self.headers)
         if first is not None:
             headers["range"] = f"bytes={first}-{last}"
             headers["accept-encoding"] = "identity"  # sizes are of the bytes on disk
-        failure, attempts = "", 0
-        while True:
-            attempts += 1
-            wait: float | None = None
-            try:
-                answer = self._once(method, url, headers, where, first, last, limit)
-            except _Retryable as e:
-                failure, wait = e.what, e.wait
-            else:
-                return answer
-            if attempts > RETRIES:
-                raise CheckpointError(where, f"{failure}, {attempts} times; giving up")
-            self._pause(where, failure, BACKOFF * 2 ** (attempts - 1) if wait is None else wait, wait)
+        return headers
+
+    def get_all(self, asks: list[Ask]) -> Iterator[tuple[int, Answer]]:
+        """``get`` of every ask at once: (ask's number, its answer) in the order answers come,
+        a retried one after the others. The first ask that fails for good raises; the caller
+        stops the others (``stop``).
+
+        http.client sends them all from this thread (plainhttp.py ``Pool.gather``), a retry
+        going on in a thread of its own; httpx2 takes a thread per connection."""
+        if self.pool is None:
+            yield from _threaded(asks, self.connections, lambda a, failed: self.get(
+                a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed), self.stop)
+            return
+        ends: dict[int, float] = {}
+
+        def clock(i: int) -> float:  # ask i's deadline, made the thread's (plainhttp reads it through ``left``)
+            end = ends.get(i)
+            if end is None:
+                end = ends[i] = min(time.monotonic() + self.limits.request, self.deadline)
+            _CLOCK.at, _CLOCK.stop = end, self.stop
+            return end
+
+        retried: list[tuple[Ask, _Retryable]] = []
+        numbers: dict[int, int] = {}
+        try:
+            sent: list[tuple[str, str, dict[str, str]]] = [(a.method, a.url, self._headers(a.first, a.last))
+                                                           for a in asks]
+            for i, outcome in self.pool.gather(sent, MAX_REDIRECTS, clock, self.connections):
+                a = asks[i]
+                clock(i)
+                try:
+                    answer = self._plain_answer(outcome, a.method, a.where, a.first, a.last, a.limit)
+                except _Retryable as e:
+                    numbers[len(retried)] = i
+                    retried.append((a, e))
+                    continue
+                yield i, answer
+        finally:
+            _CLOCK.at = math.inf
+        if retried:
+            for j, answer in _threaded([a for a, _ in retried], len(retried), lambda a, failed: self.get(
+                    a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed),
+                                       self.stop, [e for _, e in retried]):
+                yield numbers[j], answer
 
     def _pause(self, where: str, failure: str, wait: float, asked: float | None) -> None:
         """Wait before a retry, within the allowance; a server asking for longer ends the
@@ -252,19 +275,24 @@ class Session:
 
     def _once_plain(self, method: Literal["GET", "HEAD"], url: str, headers: dict[str, str], where: str,
                     first: int | None, last: int | None, limit: int) -> Answer:
-        """``_once`` over http.client: each failure named as ``_once_httpx2`` names it."""
+        """``_once`` over plainhttp: each failure named as ``_once_httpx2`` names it."""
+        assert self.pool is not None
+        return self._plain_answer(self.pool.stream(method, url, headers, MAX_REDIRECTS), method, where, first, last,
+                                  limit)
+
+    def _plain_answer(self, outcome: Any, method: Literal["GET", "HEAD"], where: str, first: int | None,
+                      last: int | None, limit: int) -> Answer:
+        """The Answer from a plainhttp answer (a Response, a context giving one, or the exception
+        getting it raised), its body read within the limits; each failure named as httpx2's are."""
         from specguard.checkpoint import plainhttp
 
-        assert self.pool is not None
         try:
-            with self.pool.stream(method, url, headers, MAX_REDIRECTS) as r:
-                if r.status in RETRY_STATUS:
-                    raise _Retryable(f"HTTP {r.status} {r.reason}"[:60], _retry_after(r.status, r.headers))
-                body = b""
-                if r.status < 300 and method == "GET":
-                    size = _body_size(r.status, r.headers, where, first, last, limit)
-                    body = _read(r, size, where)
-                return Answer(r.status, r.headers, body, r.commit, r.url)
+            if isinstance(outcome, Exception):
+                raise outcome
+            if isinstance(outcome, plainhttp.Response):
+                return _answer_of(outcome, method, where, first, last, limit)
+            with outcome as r:
+                return _answer_of(r, method, where, first, last, limit)
         except plainhttp.Timeout as e:
             raise self._late(where) from e
         except plainhttp.Dropped as e:
@@ -317,6 +345,73 @@ class Session:
             return CheckpointError(where, f"the audit did not finish within {self.limits.audit:g} s "
                                           f"({ENV['audit']}): the server answers too slowly")
         return _Retryable(f"no complete answer within {self.limits.request:g} s ({ENV['request']})")
+
+
+def _answer_of(r: plainhttp.Response, method: str, where: str, first: int | None, last: int | None,
+               limit: int) -> Answer:
+    if r.status in RETRY_STATUS:
+        raise _Retryable(f"HTTP {r.status} {r.reason}"[:60], _retry_after(r.status, r.headers))
+    body = b""
+    if r.status < 300 and method == "GET":
+        size = _body_size(r.status, r.headers, where, first, last, limit)
+        body = _read(r, size, where)
+    return Answer(r.status, r.headers, body, r.commit, r.url)
+
+
+class Ask(NamedTuple):
+    """One request of ``Session.get_all``: ``get``'s arguments."""
+
+    url: str
+    where: str
+    method: Literal["GET", "HEAD"] = "GET"
+    first: int | None = None
+    last: int | None = None
+    limit: int = 0
+
+
+def _threaded(asks: list[Ask], threads: int, get: Callable[[Ask, _Retryable | None], Answer], stop: threading.Event,
+              failed: list[_Retryable] | None = None) -> Iterator[tuple[int, Answer]]:
+    """``get`` of each ask on up to ``threads`` threads (each ask's ``failed``, if given),
+    (number, answer) as they come. The first error is raised once ``stop`` is set and
+    every thread has ended (within POLL of it)."""
+    import queue
+
+    todo = list(range(len(asks)))[::-1]
+    lock = threading.Lock()
+    results: queue.SimpleQueue[tuple[int, Answer | BaseException]] = queue.SimpleQueue()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop()
+            try:
+                results.put((i, get(asks[i], failed[i] if failed else None)))
+            except BaseException as e:  # handed to the caller's thread, raised there
+                results.put((i, e))
+                with lock:
+                    todo.clear()  # what has not started never will
+
+    workers = [threading.Thread(target=work, daemon=True, name="specguard-remote")
+               for _ in range(min(threads, len(asks)))]
+    for w in workers:
+        w.start()
+    left = len(asks)
+    try:
+        while left:
+            i, outcome = results.get()
+            if isinstance(outcome, BaseException):
+                raise outcome
+            left -= 1
+            yield i, outcome
+    except BaseException:  # one failed, or the caller gave up: the others stop within POLL
+        stop.set()
+        with lock:
+            todo.clear()
+        for w in workers:
+            w.join()
+        raise
 
 
 class _Retryable(Exception):

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from specguard.checkpoint import cache
@@ -35,7 +35,7 @@ from specguard.checkpoint import revision as revision_
 from specguard.checkpoint.checkpoint import Checkpoint
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import MAX_HEADER, FileHeader, check_header_length, parse_header
-from specguard.checkpoint.hubhttp import Answer, Session, refusal
+from specguard.checkpoint.hubhttp import Answer, Ask, Session, refusal
 from specguard.checkpoint.index import (
     CONFIG,
     CONFIGS,
@@ -119,10 +119,9 @@ class _Prefetch:
                                        name="specguard-prefetch")
 
     def _run(self, repo_id: str, revision: str | None) -> None:
-        # Every import this thread makes comes before the command takes its result: kept.py's
-        # tempfile is the one left for the cache write after it. From then on, the main thread
-        # may import beside it with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
-        import tempfile  # noqa: F401
+        # Every import this thread makes comes before the command takes its result (the cache
+        # write after it imports nothing). From then on, the main thread may import beside it
+        # with Ctrl-C live (usage.py ctrl_c_deferred says why that matters).
         try:
             self.outcome = (_open(repo_id, revision, self._report, self.stop, self._read), None)
         except BaseException as e:  # handed to the command's own open_remote, raised there
@@ -239,7 +238,13 @@ class _Hub:
 
     def get_file(self, name: str, revision: str | None) -> tuple[bytes | None, str]:
         """A small file's bytes (None when the repo has no such file) and the commit they are from."""
-        r = self.request("GET", name, revision, limit=SMALL_FILE)
+        return self.file_of(self.request("GET", name, revision, limit=SMALL_FILE), name, revision)
+
+    def file_ask(self, name: str, revision: str | None) -> Ask:
+        return Ask(self.url(name, revision), f"{self.repo_id}/{name}", "GET", None, None, SMALL_FILE)
+
+    def file_of(self, r: Answer, name: str, revision: str | None) -> tuple[bytes | None, str]:
+        """get_file's answer from the server's."""
         if _missing_entry(r):
             return None, self.commit_of(r, revision)
         if r.status >= 300:
@@ -260,8 +265,17 @@ class _Hub:
 
     def get_range(self, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
         """Bytes [start, end] of a file (fewer only where the file ends) and its size."""
+        assert self.session is not None
+        ask = self.range_ask(name, commit, start, end)
+        return self.range_of(self.session.get(ask.url, ask.where, first=start, last=end, limit=ask.limit),
+                             name, commit, start, end)
+
+    def range_ask(self, name: str, commit: str, start: int, end: int) -> Ask:
+        return Ask(self.url(name, commit), f"{self.repo_id}/{name}", "GET", start, end, end - start + 1)
+
+    def range_of(self, r: Answer, name: str, commit: str, start: int, end: int) -> tuple[bytes, int]:
+        """The bytes a range read's answer holds and the file's size, checked against what was asked."""
         where = f"{self.repo_id}/{name}"
-        r = self.request("GET", name, commit, first=start, last=end, limit=end - start + 1)
         if _missing_entry(r):
             raise _NoSuchShard(name)
         if r.status >= 300:
@@ -309,11 +323,14 @@ def _fetch(
     """Rounds 2 and 3: the configs (and the index, when the revision was resolved by a
     HEAD) together, then every shard's header, each parsed as it arrives. Returns what
     was read, the parsed headers and the parsed index (parsed once: 100,000 entries)."""
-    pool = ThreadPoolExecutor(POOL, thread_name_prefix="specguard-remote")
+    assert hub.session is not None
+    files = [*CONFIGS, INDEX] if fetch_index else list(CONFIGS)
+    got: dict[str, bytes | None] = {}
     try:
-        configs = [pool.submit(hub.get_file, n, commit) for n in CONFIGS]
         if fetch_index:
-            index = pool.submit(hub.get_file, INDEX, commit).result()[0]
+            for i, answer in hub.session.get_all([hub.file_ask(n, commit) for n in files]):
+                got[files[i]] = hub.file_of(answer, files[i], commit)[0]
+            files, index = [], got[INDEX]
             if index is None:  # the HEAD saw it, the GET did not
                 raise CheckpointError(f"{hub.repo_id}/{INDEX}", f"found at {commit}, then not found at it")
         shards: dict[str, list[str]] = {SINGLE: []}
@@ -321,22 +338,21 @@ def _fetch(
         if index is not None:
             indexed = load_index(index, f"{hub.repo_id}/{INDEX}")
             shards = _shards_of(indexed[0], hub.repo_id)
-        raws, headers = _read_headers(pool, hub, commit, shards, progress)
-        config_bytes = {n: f.result()[0] for n, f in zip(CONFIGS, configs, strict=True)}
+        raws, headers = _read_headers(hub, commit, shards, progress, files, got)
     except BaseException:  # a bad shard or Ctrl-C: reads in flight see the stop within hubhttp.POLL
-        assert hub.session is not None
         hub.session.stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.shutdown()
-    return cache.Snapshot(index, config_bytes, raws), headers, indexed
+    return cache.Snapshot(index, {n: got[n] for n in CONFIGS}, raws), headers, indexed
 
 
 def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]:
     """Each shard's tensor names, in file-name order."""
     shards: dict[str, list[str]] = {}
-    for name, shard in weight_map.items():
-        shards.setdefault(shard, []).append(name)
+    for name, shard in weight_map.items():  # 100,000 entries: no list built per entry (setdefault's)
+        names = shards.get(shard)
+        if names is None:
+            names = shards[shard] = []
+        names.append(name)
     for shard in shards:
         if escapes(shard):
             raise CheckpointError(f"{repo_id}/{INDEX} [{shard}]", "shard path escapes the repository")
@@ -344,34 +360,44 @@ def _shards_of(weight_map: dict[str, str], repo_id: str) -> dict[str, list[str]]
 
 
 def _read_headers(
-    pool: ThreadPoolExecutor, hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None,
+    hub: _Hub, commit: str, shards: dict[str, list[str]], progress: Progress | None, files: list[str],
+    got: dict[str, bytes | None],
 ) -> tuple[list[tuple[str, int, bytes]], list[FileHeader]]:
-    """Every shard's (name, size, header bytes) and parsed header, in name order.
+    """Every shard's (name, size, header bytes) and parsed header, in name order; ``files``
+    (the configs) are read with the first shard, into ``got``.
 
     The shard holding the most tensors goes first, alone: its header says how
     many bytes an entry takes beyond its name, which sizes every other shard's
-    single read to within a few percent. Each read is sized when it starts,
-    from the most bytes per entry any shard read so far has shown (shards
-    differ: longer offsets, other dtypes and shapes)."""
+    single read to within a few percent. Then every other shard's read at once,
+    sized from the most bytes per entry any shard read so far has shown (shards
+    differ: longer offsets, other dtypes and shapes), each parsed as it arrives."""
     names = list(shards)
     raws: dict[str, tuple[str, int, bytes]] = {}
     parsed: dict[str, FileHeader] = {}
     learned: list[float | None] = [None]  # bytes per entry beyond its name, the most seen
 
-    def arrived(shard: str, size: int, raw: bytes) -> None:  # main thread, while other reads are in flight
+    def arrived(shard: str, size: int, raw: bytes) -> None:  # while other reads are in flight
         raws[shard] = (shard, size, raw)
         parsed[shard] = parse_header(raw, size, f"{hub.repo_id}/{shard}", file=shard)
         if len(shards[shard]) >= CALIBRATE_FROM:
             learned[0] = max(learned[0] or 0.0, _bytes_per_entry(shards[shard], raw))
         _report(progress, len(parsed), len(names))
 
-    def read(shard: str) -> tuple[int, bytes]:  # a pool thread
-        return _read_header(hub, commit, shard, _first_read(shards[shard], learned[0]))
-
     first = max(names, key=lambda s: len(shards[s]))
-    arrived(first, *pool.submit(read, first).result())
     rest = [s for s in names if s != first]
-    _all(pool, [(read, s) for s in rest], lambda i, result: arrived(rest[i], *result))
+    for group in ([first], rest):
+        sized = [_first_read(shards[s], learned[0]) for s in group]
+        asks = [hub.range_ask(s, commit, 0, n - 1) for s, n in zip(group, sized, strict=True)]
+        asks += [hub.file_ask(n, commit) for n in files]
+        assert hub.session is not None
+        for i, answer in hub.session.get_all(asks):  # sent at once, taken as they come
+            if i >= len(group):
+                got[files[i - len(group)]] = hub.file_of(answer, files[i - len(group)], commit)[0]
+                continue
+            with _shard_named(hub, group[i]):
+                head, size = hub.range_of(answer, group[i], commit, 0, sized[i] - 1)
+            arrived(group[i], *_header_of(hub, commit, group[i], head, size))
+        files = []
     return [raws[s] for s in names], [parsed[s] for s in names]
 
 
@@ -381,20 +407,27 @@ def _first_read(tensor_names: list[str], per_entry: float | None) -> int:
         return FIRST_READ
     if per_entry is None:  # no shard read yet: above the ~70-100 bytes an entry takes beyond its name
         per_entry = 128.0
-    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    name_bytes = _utf8_length(tensor_names)
     return 8 + name_bytes + int(len(tensor_names) * per_entry * ENTRY_MARGIN) + SLACK
 
 
+def _utf8_length(names: list[str]) -> int:
+    """The names' total length in UTF-8: their length in characters when all are ASCII, as
+    tensor names nearly always are (one join, not an encode per name)."""
+    joined = "".join(names)
+    return len(joined) if joined.isascii() else len(joined.encode())
+
+
 def _bytes_per_entry(tensor_names: list[str], header: bytes) -> float:
-    name_bytes = sum(map(len, map(str.encode, tensor_names)))
+    name_bytes = _utf8_length(tensor_names)
     return max(0.0, len(header) - name_bytes) / len(tensor_names)
 
 
-def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[int, bytes]:
-    """A shard's size and header bytes: one range read, a second only when the header is longer."""
+def _header_of(hub: _Hub, commit: str, shard: str, head: bytes, size: int) -> tuple[int, bytes]:
+    """The size and header bytes from a shard's first range read (``head``), reading the rest
+    of the header when it is longer."""
     where = f"{hub.repo_id}/{shard}"
-    try:
-        head, size = hub.get_range(shard, commit, 0, first_read - 1)
+    with _shard_named(hub, shard):
         if len(head) < 8:
             raise CheckpointError(where, f"truncated: {size} bytes, shorter than the 8-byte header length")
         n = int.from_bytes(head[:8], "little")
@@ -403,29 +436,18 @@ def _read_header(hub: _Hub, commit: str, shard: str, first_read: int) -> tuple[i
         if len(raw) < n:
             rest, _ = hub.get_range(shard, commit, len(head), 8 + n - 1)
             raw += rest
+    return size, raw
+
+
+@contextmanager
+def _shard_named(hub: _Hub, shard: str) -> Iterator[None]:
+    """A shard the server does not have, named as the index's fault (or the repo's, without one)."""
+    try:
+        yield
     except _NoSuchShard as e:
         if shard == SINGLE:
             raise CheckpointError(hub.repo_id, f"no {INDEX} and no {SINGLE} in the repository") from e
         raise CheckpointError(f"{hub.repo_id}/{INDEX} [{shard}]", "shard named by the index does not exist") from e
-    return size, raw
-
-
-def _all(pool: ThreadPoolExecutor, jobs: list[tuple], on_result: Callable[[int, Any], None]) -> None:
-    """Run ``(fn, *args)`` jobs on the pool, handing each result (job number, result)
-    to ``on_result`` as it comes. The first failure cancels what has not started
-    and is raised (one bad shard, one line)."""
-    futures: list[Future] = [pool.submit(*job) for job in jobs]
-    number = {f: i for i, f in enumerate(futures)}
-    pending = set(futures)
-    try:
-        while pending:
-            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in ready:
-                on_result(number[f], f.result())  # raises the job's error
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
 
 
 def _report(progress: Progress | None, done: int, total: int) -> None:

@@ -2,8 +2,8 @@
 
 A replayed audit (commands/replay.py) needs this one answer and nothing else, and
 importing huggingface_hub's request headers with httpx2 costs more CPU than the whole
-rest of a replay (benchmarks/remote.py: "cached"). So the plain case asks through the
-standard library's http.client, with the token huggingface_hub would send where that is
+rest of a replay (benchmarks/remote.py: "cached"). So the plain case asks over the
+standard library's sockets, with the token huggingface_hub would send where that is
 certain without it (HF_TOKEN, or a saved token that is no refreshable OAuth login).
 Whatever the plain case cannot vouch for goes to the full client (remote.py ``lookup``:
 retries, deadlines, one-line errors): a proxy or CA setting, OIDC, offline mode, a
@@ -22,6 +22,7 @@ from specguard.checkpoint import kept
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import Callable
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 INDEX = "model.safetensors.index.json"  # index.py INDEX
@@ -50,16 +51,18 @@ def read_at(repo_id: str, revision: str | None) -> tuple[str, str] | None:
     return None if commit is None else (where, commit)
 
 
-def resolve(repo_id: str, revision: str | None) -> tuple[str, str] | None:
+def resolve(repo_id: str, revision: str | None,
+            meanwhile: Callable[[], object] | None = None) -> tuple[str, str] | None:
     """(endpoint, commit) of ``revision`` for a repo audited here before (one HEAD; none
     for a commit hash), else None: a first audit learns its commit from the index it reads.
-    The open_remote that follows in this process reuses the answer."""
+    The open_remote that follows in this process reuses the answer. ``meanwhile``: work
+    that needs no answer, done while the server answers the HEAD (or after it)."""
     where = endpoint()
     if revision and COMMIT.match(revision):
         return where, revision
     if not kept.seen(where, repo_id):
         return None
-    found = _plain_lookup(where, repo_id, revision)
+    found = _plain_lookup(where, repo_id, revision, meanwhile)
     if found is None:
         from specguard.checkpoint.remote import lookup
 
@@ -69,7 +72,7 @@ def resolve(repo_id: str, revision: str | None) -> tuple[str, str] | None:
 
 
 def plain_fits(where: str) -> tuple[bool, str | None]:
-    """(True, the token to send) where the standard library's http.client does what the full
+    """(True, the token to send) where the standard library's sockets do what the full
     client (httpx2 with huggingface_hub's headers) would for ``where``; (False, None) where not:
     a proxy or CA setting, OIDC, offline mode, a macOS/Windows trust store, an odd endpoint."""
     import sys
@@ -87,19 +90,20 @@ def plain_fits(where: str) -> tuple[bool, str | None]:
     return True, token
 
 
-def _plain_lookup(where: str, repo_id: str, revision: str | None) -> tuple[str, bool] | None:
+def _plain_lookup(where: str, repo_id: str, revision: str | None,
+                  meanwhile: Callable[[], object] | None = None) -> tuple[str, bool] | None:
     """(commit, has an index) from one HEAD on a socket of its own; None: ask the full client."""
     fits, token = plain_fits(where)
     if not fits:
         return None
-    from specguard.checkpoint.hubhttp import Limits
+    from specguard.checkpoint.limits import Limits
 
     url = urlsplit(where)
     path = f"{url.path}/{repo_id}/resolve/{quote(revision or 'main', safe='')}/{INDEX}"
     headers = {"User-Agent": "specguard", "Accept-Encoding": "identity"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    answer = _head(url.scheme, url.netloc, path, headers, Limits.from_env().request)
+    answer = _head(url.scheme, url.netloc, path, headers, Limits.from_env().request, meanwhile)
     if answer is None:
         return None
     status, got = answer
@@ -117,12 +121,12 @@ _STATUS = re.compile(rb"HTTP/1\.[01] (\d{3})[^\r\n]*\r\n")
 _HEAD_LIMIT = 1 << 16  # bytes of status line and headers; a longer answer goes to the full client
 
 
-def _head(scheme: str, netloc: str, path: str, headers: dict[str, str],
-          timeout: float) -> tuple[int, dict[str, str]] | None:
+def _head(scheme: str, netloc: str, path: str, headers: dict[str, str], timeout: float,
+          meanwhile: Callable[[], object] | None = None) -> tuple[int, dict[str, str]] | None:
     """(status, lower-case headers) of one ``HEAD``, or None for anything unexpected (the
     full client then asks, and says what went wrong). Hand-written, not http.client:
     importing that (its email parser) cost a replayed audit a quarter of its CPU
-    (benchmarks/remote.py, "cached")."""
+    (benchmarks/remote.py, "cached"). ``meanwhile`` runs once the request is sent."""
     import socket
 
     url = urlsplit(f"{scheme}://{netloc}")
@@ -141,6 +145,8 @@ def _head(scheme: str, netloc: str, path: str, headers: dict[str, str],
             if scheme == "https":
                 sock = ssl_context().wrap_socket(sock, server_hostname=host)
             sock.sendall(request.encode("latin-1"))
+            if meanwhile is not None:  # while the server answers
+                meanwhile()
             while b"\r\n\r\n" not in got:
                 piece = sock.recv(_HEAD_LIMIT)
                 if not piece or len(got) + len(piece) > _HEAD_LIMIT:

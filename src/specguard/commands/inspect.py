@@ -17,11 +17,11 @@ from specguard.commands.sources import module_roles, open_source
 from specguard.declared import ConfigError, parse_declared
 from specguard.errors import SpecguardError
 from specguard.formats.scheme import Scheme
-from specguard.formats.settle import stored_scheme
+from specguard.formats.settle import stored_schemes as stored_schemes_of
 from specguard.formats.table import Module, ModuleTable, classify
 from specguard.layouts import Role
 from specguard.layouts.roles import RoleName, role_label
-from specguard.layouts.runs import group_runs
+from specguard.layouts.runs import Run, group_runs
 from specguard.terminal import console, escape, print_table
 
 
@@ -50,7 +50,7 @@ def stored_schemes(table: ModuleTable) -> dict[str, Scheme]:
         stack: str | None = parse_declared(dict(ckpt.config or {}), hf).stack
     except ConfigError:  # inspect reads headers; a bad claim is route's and lint's to report
         stack = None
-    return _as_route_settles(table, {m.name: stored_scheme(ckpt, m, stack) for m in table})
+    return _as_route_settles(table, stored_schemes_of(ckpt, table, stack))
 
 
 def _as_route_settles(table: ModuleTable, stored: dict[str, Scheme]) -> dict[str, Scheme]:
@@ -125,9 +125,8 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
            stored: Mapping[str, Scheme] | None = None) -> None:
     ckpt: Checkpoint = table.checkpoint
     stored = stored or {m.name: m.scheme for m in table}
-    sizes = {m.name: m.nbytes for m in table}  # once: the runs and the totals both sum them
-    labels = _labels(table, roles, stored)
-    runs = group_runs((m.name, (*labels[m.name], m.missing), m) for m in table)
+    spelled: dict[tuple[int, int], tuple[str, str, str]] = {}
+    runs = group_runs((m.name, (_label(stored[m.name], roles[m.name], spelled), m.missing), m) for m in table)
     title = f"{escape(ckpt.name)} — {len(ckpt.tensors):,} tensors in {len(ckpt.files)} file(s)"
     if ckpt.outside_index:  # read all the same: the stored truth (lint SG303/SG601 say what loaders do)
         files = sorted({ckpt.tensors[n].file for n in ckpt.outside_index})
@@ -138,45 +137,49 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
     t.add_column("role")
     t.add_column("count", justify="right")
     t.add_column("size", justify="right")
-    for run in runs:
-        label, role, missing = cast(tuple[str, str, tuple[str, ...]], run.key)
+    sizes = [_nbytes(cast(list[Module], run.items)) for run in runs]
+    for run, size in zip(runs, sizes, strict=True):
+        (label, role, fmt), missing = cast(tuple[tuple[str, str, str], tuple[str, ...]], run.key)
         label = escape(label)
         mods = cast(list[Module], run.items)
         if missing:
             label += f" [red]missing {escape(','.join(missing))}[/]"
         reason = stored[mods[0].name].reason
-        if reason and stored[mods[0].name].format in ("unknown", "ambiguous"):
+        if reason and fmt in ("unknown", "ambiguous"):
             label += f" [yellow]({escape(reason)})[/]"
-        t.add_row(escape(run.label()), label, escape(role), str(len(mods)),
-                  human_bytes(sum(sizes[m.name] for m in mods)))
+        t.add_row(escape(run.label()), label, escape(role), str(len(mods)), human_bytes(size))
     print_table(console, t)
-    print_table(console, _totals(table, labels, stored, sizes))
+    print_table(console, _totals(runs, sizes))
 
 
-def _labels(table: ModuleTable, roles: Mapping[str, Role], stored: Mapping[str, Scheme]) -> dict[str, tuple[str, str]]:
-    """Each module's (stored scheme, role) as shown, each distinct pair spelled once."""
-    spelled: dict[tuple[int, int], tuple[str, str]] = {}
-    out = {}
-    for m in table:
-        scheme, role = stored[m.name], roles[m.name]
-        key = (id(scheme), id(role))  # both live as long as the mappings: ids stay unique
-        pair = spelled.get(key)
-        if pair is None:
-            pair = spelled[key] = (scheme.short(), role_label(role))
-        out[m.name] = pair
-    return out
+def _label(scheme: Scheme, role: Role, spelled: dict[tuple[int, int], tuple[str, str, str]]) -> tuple[str, str, str]:
+    """A module's (stored scheme, role, format) as shown, each distinct pair spelled once."""
+    key = (id(scheme), id(role))  # both live as long as the mappings: ids stay unique
+    shown = spelled.get(key)
+    if shown is None:
+        shown = spelled[key] = (scheme.short(), role_label(role), str(scheme.format))
+    return shown
 
 
-def _totals(table: ModuleTable, labels: Mapping[str, tuple[str, str]], stored: Mapping[str, Scheme],
-            module_bytes: Mapping[str, int]) -> Table:
+def _nbytes(modules: list[Module]) -> int:
+    n = 0
+    for m in modules:  # Module.nbytes inlined: a run holds up to 10,000s of modules
+        for t in m.params.values():
+            begin, end = t.data_offsets
+            n += end - begin
+    return n
+
+
+def _totals(runs: list[Run], run_bytes: list[int]) -> Table:
+    """Modules and bytes per (format, role): a run's modules share both (its key)."""
     t = Table(title="totals", title_justify="left")
     t.add_column("format")
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
-    for m in table:
-        key = (stored[m.name].format, labels[m.name][1])
-        counts[key] += 1
-        sizes[key] += module_bytes[m.name]
+    for run, size in zip(runs, run_bytes, strict=True):
+        (_, role, fmt), _ = cast(tuple[tuple[str, str, str], tuple[str, ...]], run.key)
+        counts[(fmt, role)] += len(run.items)
+        sizes[(fmt, role)] += size
     role_names = sorted({r for _, r in counts}, key=_role_order)
     for r in role_names:
         t.add_column(escape(r), justify="right")

@@ -18,7 +18,8 @@ import hashlib
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,16 +34,41 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
     """``run(args)``, or its kept output when this exact audit of this commit was kept."""
     if not _keepable(args):
         return run(args)
-    from specguard.checkpoint import kept
-    from specguard.checkpoint.revision import read_at, resolve
+    from specguard.checkpoint.revision import resolve
 
-    resolved = resolve(args.source, args.revision)  # None: a first audit, which learns its commit as it reads
-    if resolved is not None:
-        answer = _load(_entry(args, *resolved))
+    keyed: list[str] = []  # this audit's key, worked out while the server answers the HEAD
+    resolved = resolve(args.source, args.revision, lambda: keyed.append(_key(args)))
+    if resolved is not None:  # None: a first audit, which learns its commit as it reads
+        answer = _load(_entry(args, *resolved, keyed[0] if keyed else None))
         if answer is not None:
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
+    with _collector_paused():
+        return _audit(args, run)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Everything an audit builds (its modules' imports, 40,000 header records, the module
+    table) is kept to its end: the cyclic collector would rescan the growing heap for
+    nothing, ~6 % of a cold audit's CPU (benchmarks/remote.py; checkpoint.source
+    ``gc_paused`` pauses it over the header pass alone, from the command's thread)."""
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _audit(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """A first audit of this commit (or of these options): read, run, keep its output."""
+    from specguard.checkpoint import kept
+    from specguard.checkpoint.revision import read_at
     from specguard.usage import ctrl_c_deferred
 
     with ctrl_c_deferred():  # the reading's thread starts with SIGINT blocked: Ctrl-C stays the main thread's
@@ -91,17 +117,20 @@ def _load(path: Path | None) -> tuple[int, list[tuple[bool, str]]] | None:
     return None
 
 
-def _entry(args: argparse.Namespace, endpoint: str, commit: str) -> Path | None:
-    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py)."""
+def _entry(args: argparse.Namespace, endpoint: str, commit: str, key: str | None = None) -> Path | None:
+    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py).
+    ``key``: ``_key(args)``, where it was worked out already."""
     from specguard.checkpoint import kept
 
     snapshot = kept.snapshot_path(endpoint, args.source, commit)
     if snapshot is None:
         return None
-    return snapshot.parent / "results" / commit / f"{_key(args)}.v{VERSION}"
+    return snapshot.parent / "results" / commit / f"{key or _key(args)}.v{VERSION}"
 
 
 def _key(args: argparse.Namespace) -> str:
+    import json  # for _load, which follows: imported while the server answers  # noqa: F401
+
     from specguard._version import __version__
 
     options = sorted((k, repr(v)) for k, v in vars(args).items() if k not in _UNKEYED)

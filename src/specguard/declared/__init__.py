@@ -9,13 +9,10 @@ answers with that stack's own pattern semantics.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specguard.declared.compressed_tensors import CompressedTensorsDeclared, parse_compressed_tensors
-from specguard.declared.fp8 import Fp8Declared, parse_fp8
-from specguard.declared.gptq_awq import IntGroupDeclared, parse_awq, parse_gptq
-from specguard.declared.inc import IncDeclared, parse_inc
 from specguard.declared.model import (
     CT_MATCH,
     FNMATCHCASE,
@@ -36,10 +33,17 @@ from specguard.declared.model import (
     Pattern,
     UnknownDeclared,
 )
-from specguard.declared.modelopt import ModelOptDeclared, parse_modelopt
-from specguard.declared.mxfp4 import Mxfp4Declared, parse_mxfp4
-from specguard.declared.quark import QuarkDeclared, parse_quark
-from specguard.declared.torchao import TorchAODeclared, parse_torchao
+
+if TYPE_CHECKING:
+    from specguard.declared.compressed_tensors import CompressedTensorsDeclared
+    from specguard.declared.fp8 import Fp8Declared
+    from specguard.declared.gptq_awq import IntGroupDeclared
+    from specguard.declared.inc import IncDeclared
+    from specguard.declared.modelopt import ModelOptDeclared
+    from specguard.declared.mxfp4 import Mxfp4Declared
+    from specguard.declared.quark import QuarkDeclared
+    from specguard.declared.torchao import TorchAODeclared
+
 from specguard.declared.validate import ConfigError, check_quant_config
 from specguard.formats import scheme as s
 from specguard.formats.scheme import Scheme
@@ -85,26 +89,45 @@ def parse_declared(config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
     if method in ("fp8", "deepseek_v4_fp8"):
         # DeepseekV4FP8Config.override_quantization_method: fp8 + a V4 model type.
         v4 = method == "deepseek_v4_fp8" or model_type in DEEPSEEK_V4_TYPES
-        declared: Declared = parse_fp8(qc, dict(cfg), deepseek_v4=v4, **common)
+        declared: Declared = _parser("fp8", "parse_fp8")(qc, dict(cfg), deepseek_v4=v4, **common)
     elif method.startswith("modelopt"):
-        declared = parse_modelopt(qc, **common)
-    elif method == "compressed-tensors":
-        declared = parse_compressed_tensors(qc, **common)
-    elif method == "mxfp4":
-        declared = parse_mxfp4(qc, **common)
-    elif method == "gptq":
-        declared = parse_gptq(qc, **common)
-    elif method == "awq":
-        declared = parse_awq(qc, **common)
-    elif method == "quark":
-        declared = parse_quark(qc, **common)
-    elif method == "torchao":
-        declared = parse_torchao(qc, **common)
-    elif method in ("auto-round", "inc"):  # inc.py INCConfig.override_quantization_method claims auto-round
-        declared = parse_inc(qc, **common)
+        declared = _parser("modelopt", "parse_modelopt")(qc, **common)
+    elif method in _PARSERS:
+        declared = _parser(*_PARSERS[method])(qc, **common)
     else:
         declared = UnknownDeclared(stack="unknown", quant_method=method or None, origin=origin)
     return _with(declared, plain, notes)
+
+
+# quant_method -> (module, parser): each stack's parser is imported when a config names it
+# (a command reads one config: importing all nine cost ~15 ms of a remote audit's start).
+_PARSERS = {
+    "compressed-tensors": ("compressed_tensors", "parse_compressed_tensors"),
+    "mxfp4": ("mxfp4", "parse_mxfp4"),
+    "gptq": ("gptq_awq", "parse_gptq"),
+    "awq": ("gptq_awq", "parse_awq"),
+    "quark": ("quark", "parse_quark"),
+    "torchao": ("torchao", "parse_torchao"),
+    "auto-round": ("inc", "parse_inc"),  # inc.py INCConfig.override_quantization_method claims auto-round
+    "inc": ("inc", "parse_inc"),
+}
+# The stacks' Declared classes, re-exported here and imported on first use.
+_CLASSES = {
+    "CompressedTensorsDeclared": "compressed_tensors", "Fp8Declared": "fp8", "IntGroupDeclared": "gptq_awq",
+    "IncDeclared": "inc", "ModelOptDeclared": "modelopt", "Mxfp4Declared": "mxfp4", "QuarkDeclared": "quark",
+    "TorchAODeclared": "torchao",
+}
+
+
+def _parser(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"specguard.declared.{module}"), name)
+
+
+def __getattr__(name: str) -> Any:
+    module = _CLASSES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"specguard.declared.{module}"), name)
 
 
 def _with(declared: Declared, plain: Scheme, notes: list[str]) -> Declared:

@@ -85,6 +85,12 @@ def split_name(name: str, gpt_oss_stems: frozenset[str] = frozenset()) -> tuple[
 
 def group_tensors(tensors: Iterable[TensorInfo]) -> dict[str, ModuleTensors]:
     """Modules in first-seen order, each with its parameters."""
+    return {m: ModuleTensors(m, params) for m, params in group_params(tensors).items()}
+
+
+def group_params(tensors: Iterable[TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
+    """Each module's tensors keyed by parameter suffix, modules in first-seen order
+    (group_tensors without a record per module: formats/table.py builds its own)."""
     tensors = list(tensors)
     stems: frozenset[str] | None = None  # gpt-oss's, found on the first name that needs them (most never do)
     grouped: dict[str, dict[str, TensorInfo]] = {}
@@ -95,5 +101,9 @@ def group_tensors(tensors: Iterable[TensorInfo]) -> dict[str, ModuleTensors]:
             if stems is None:
                 stems = frozenset(u.name[: -len("_blocks")] for u in tensors if u.name.endswith("_blocks"))
             module, last = split_name(t.name, stems)
-        grouped.setdefault(module, {})[last] = t
-    return {m: ModuleTensors(m, params) for m, params in grouped.items()}
+        params = grouped.get(module)
+        if params is None:  # not setdefault: that builds a dict for every tensor
+            grouped[module] = {last: t}
+        else:
+            params[last] = t
+    return grouped

@@ -6,6 +6,7 @@ remote checkpoint has no bytes to read and stays ambiguous.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from specguard.checkpoint.errors import CheckpointError
@@ -52,6 +53,23 @@ def stored_scheme(checkpoint: Checkpoint, module: Module, stack: str | None = No
     scale settled by its first 4 KiB, a pack-quantized width by ``weight_shape`` (else
     the claim, when given), a shared convention named by the config."""
     return name_convention(settle(checkpoint, module, claim)[0], stack)
+
+
+def stored_schemes(checkpoint: Checkpoint, modules: Iterable[Module], stack: str | None = None) -> dict[str, Scheme]:
+    """``stored_scheme`` of every module, by name. A scheme with nothing to settle is named
+    once for all the modules that share it (a DeepSeek's 10,000 modules hold a handful)."""
+    named: dict[int, Scheme] = {}  # id of a module's scheme (alive with it) -> as named
+    out: dict[str, Scheme] = {}
+    for m in modules:
+        sc = m.scheme
+        if sc.format == s.AMBIGUOUS:
+            out[m.name] = stored_scheme(checkpoint, m, stack)
+            continue
+        shown = named.get(id(sc))
+        if shown is None:
+            shown = named[id(sc)] = name_convention(sc, stack)
+        out[m.name] = shown
+    return out
 
 
 def settle(checkpoint: Checkpoint, module: Module, claim: Scheme | None = None) -> tuple[Scheme, Sniff | None]:

@@ -68,23 +68,48 @@ def group_runs(items: Iterable[tuple[str, Hashable, object]]) -> list[Run]:
     runs: dict[tuple[tuple[str, ...], Hashable], Run] = {}
     # A module's projections (w1, w2, w3) share their stem: its split and its slots' integers count once.
     by_stem: dict[tuple[str, Hashable], Run] = {}
+    parents: dict[tuple[str, Hashable], Run] = {}  # see _run_of
+    run: Run | None = None
+    last: tuple[str, Hashable] | None = None  # the previous item's (stem, key): a module's projections follow it
     for name, key, item in items:
         stem, dot, leaf = name.rpartition(".")
         if not dot or leaf.isdigit():  # a name without a leaf: `layers.3`, `embed`
             stem, leaf = name, ""
-        run = by_stem.get((stem, key))
-        if run is None:
-            template, numbers = _template(stem)
-            run = runs.get((template, key))
+        if run is None or last != (stem, key):
+            last = (stem, key)
+            run = by_stem.get(last)
             if run is None:
-                run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
-            for slot, n in zip(run.slots, numbers, strict=True):
-                slot.add(n)
-            by_stem[(stem, key)] = run
+                run = by_stem[last] = _run_of(stem, key, runs, parents)
         if leaf and leaf not in run.leaves:
             run.leaves.append(leaf)
         run.items.append(item)
     return list(runs.values())
+
+
+def _run_of(stem: str, key: Hashable, runs: dict[tuple[tuple[str, ...], Hashable], Run],
+            parents: dict[tuple[str, Hashable], Run]) -> Run:
+    """The run a stem not seen before joins, its integers added. The stems of a layer's 256
+    experts share their parent (``layers.3.ffn.experts``), so their run and every slot but
+    the last: the parent's split is done once."""
+    parent, dot, last = stem.rpartition(".")
+    if not (dot and last.isdigit()):
+        return _join(stem, key, runs)
+    run = parents.get((parent, key))
+    if run is None:
+        run = parents[(parent, key)] = _join(stem, key, runs)
+    else:
+        run.slots[-1].add(int(last))
+    return run
+
+
+def _join(stem: str, key: Hashable, runs: dict[tuple[tuple[str, ...], Hashable], Run]) -> Run:
+    template, numbers = _template(stem)
+    run = runs.get((template, key))
+    if run is None:
+        run = runs[(template, key)] = Run(template, key, [set() for _ in numbers])
+    for slot, n in zip(run.slots, numbers, strict=True):
+        slot.add(n)
+    return run
 
 
 def describe(names: Iterable[str], limit: int = 4) -> str:
