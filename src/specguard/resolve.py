@@ -15,13 +15,14 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, ClassVar
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
-from specguard.checkpoint.source import Checkpoint, open_checkpoint
+from specguard.checkpoint.source import Checkpoint, gc_paused, open_checkpoint
 from specguard.declared import FNMATCHCASE, DeclaredScheme, parse_declared
 from specguard.declared.index import NameIndex
 from specguard.engines import DSPARK_MODEL, EAGLE_MODEL, NO_PLAN, NOT_MODELLED, EngineChoice, EngineModel
@@ -38,7 +39,8 @@ from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
-_SCHEME, _MISSING = attrgetter("scheme"), attrgetter("missing")
+_VISIT, _FIRST, _SECOND, _THIRD = attrgetter("scheme", "missing", "params"), itemgetter(0), itemgetter(1), itemgetter(2)
+_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 
 class Verdict(Vocabulary):
@@ -102,6 +104,11 @@ class Resolver:
         served with ``draft_method="eagle"``, else True. ``_like``: the Resolver whose
         grouping ``with_configs`` reuses when the new configs give the same layout. ``engine``: the
         modelled engine version's key in engines/registry.py (``vllm-0.33``)."""
+        with gc_paused():  # grouping builds a record per module, all kept (as classify does)
+            self._init(checkpoint, draft_method, target, platform, own_draft, table, _like, engine)
+
+    def _init(self, checkpoint: Checkpoint, draft_method: str | None, target: Resolver | None, platform: str,
+              own_draft: bool | None, table: ModuleTable | None, _like: Resolver | None, engine: str) -> None:
         if own_draft is None:
             own_draft = not (draft_kind_for(draft_method) == EAGLE and target is None
                              and not is_eagle_drafter(checkpoint.config or {}))
@@ -163,7 +170,9 @@ class Resolver:
             # name places the same): one placement cache, so no runtime prefix is placed twice
             self.vllm.layout = self.layout
         self._routes: dict[str, Route] = {}
-        self._canonical: dict[str, str | None] = {}  # ``canonical`` by spelling asked
+        # ``canonical`` by spelling asked: an answer reads only ``_alias`` and ``_groups``, so a re-route
+        # sharing them shares the answers too
+        self._canonical: dict[str, str | None] = self._grouped.setdefault("canonical spellings", {})
         self._refusals: list | None = None
         self._route_lock = threading.Lock()
 
@@ -235,6 +244,49 @@ class Resolver:
                 None)
         return hit
 
+    @property
+    def alike_names(self) -> list[str]:
+        """Every stored module's ``alike`` name (layouts/base.py), once each, draft modules this serve
+        drops included: experts of a layer share their placement, so one question per projection."""
+        return self._keys
+
+    @functools.cached_property
+    def stored_runtime_prefixes(self) -> list[str]:
+        """Every runtime prefix some build uses for a stored module (draft modules this serve
+        drops included), sorted: the names SG101 and the planner's dead-entry strategy test an
+        exclusion entry against, found once (experts of a layer share their spellings: one
+        lookup per ``alike`` name, not per module)."""
+        place = self.layout.runtime_prefixes
+        return sorted({p for k in self._keys for p in place(k)})
+
+    def expert_parts(self, prefix: str) -> frozenset[tuple[str, str]]:
+        """``name.partition(".experts")``'s separator and what follows, for each checkpoint module
+        behind ``prefix``, distinct (a layer's experts: a few hundred ``.{e}.{proj}``, the same in every
+        layer): what SG702 and the planner's expert-rename check ask of every routed-expert module
+        (45,000 in a DeepSeek export), found once, shared like the grouping."""
+        key = ("expert parts", prefix)
+        hit = self._grouped.get(key)
+        if hit is None:
+            names = self._groups.get(prefix, ())
+            hit = self._grouped[key] = frozenset(map(_AFTER_SEP, map(str.partition, names, repeat(".experts"))))
+        return hit
+
+    def route_params(self, rt: Route) -> list[Mapping[str, TensorInfo]]:
+        """The parameters of each module behind one of this resolver's routes, in ``rt.checkpoint_names``'
+        order: the routing's own list where it made one (read it, do not change it), else looked up."""
+        hit = self._grouped.get(rt.prefix)
+        if hit is not None and len(hit[0]) == len(rt.checkpoint_names):
+            return hit[5]
+        return [m.params for m in map(self.table.modules.get, rt.checkpoint_names) if m is not None]
+
+    def checkpoint_index(self) -> NameIndex:
+        """Every checkpoint module name, indexed for pattern scans (declared/index.py); what no
+        config changes, so shared with the re-routes of proposed fixes like the grouping."""
+        hit = self._grouped.get("checkpoint index")
+        if hit is None:
+            hit = self._grouped["checkpoint index"] = NameIndex(self.table.modules)
+        return hit
+
     def modules(self, prefix: str) -> list[Module]:
         c = self.canonical(prefix)
         return [self.table[n] for n in self._groups.get(c, [])] if c else []
@@ -292,33 +344,37 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind]:
-        """The prefix's modules (``names``: at least one), the tensors they lack, its role and
-        layer kind: what no config changes, shared like ``_stored``."""
+    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind,
+                                                                 list[Scheme], list[Mapping[str, TensorInfo]]]:
+        """The prefix's modules (``names``: at least one), the tensors they lack, its role and layer
+        kind, and each module's stored scheme and parameters: what no config changes, shared like
+        ``_stored``."""
         hit = self._grouped.get(prefix)
         if hit is None:
             mods = list(map(self.table.modules.__getitem__, names))
-            missing = list(map(_MISSING, mods))
-            lacking = dict(zip(map(id, missing), missing, strict=True)).values()  # experts share one tuple
+            pairs = list(map(_VISIT, mods))  # one visit per module (45,000 in a DeepSeek export)
+            lacking = set(map(_SECOND, pairs))  # experts share one tuple (mostly the empty one: a cheap hash)
             hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
-                                           self.layout.role(names[0]), self.layout.module_kind(names[0]))
+                                           self.layout.role(names[0]), self.layout.module_kind(names[0]),
+                                           list(map(_FIRST, pairs)), list(map(_THIRD, pairs)))
         return hit
 
-    def _stored(self, prefix: str, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+    def _stored(self, prefix: str, mods: list[Module], stored: list[Scheme],
+                claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         """The stored scheme behind ``prefix``; shared with the re-routes of proposed fixes
         (``with_configs``), which change the claim or the stack only where they edit them."""
         key = (prefix, claim, self.declared_config.stack)
         hit = self._grouped.get(key)
         if hit is None:
-            hit = self._grouped[key] = self._settle(mods, claim)
+            hit = self._grouped[key] = self._settle(mods, stored, claim)
         return hit
 
-    def _settle(self, mods: list[Module], claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
+    def _settle(self, mods: list[Module], stored: list[Scheme],
+                claim: Scheme | None) -> tuple[Scheme | None, Sniff | None]:
         stack = self.declared_config.stack
         # The modules of a prefix share few scheme objects (the 256 experts of a layer: one),
         # found with C-level maps and named once each; only an ambiguous one is settled
         # module by module (from its bytes).
-        stored = list(map(_SCHEME, mods))
         by_id = dict(zip(map(id, stored), stored, strict=True))
         sniff = None
         if any(sc.format == s.AMBIGUOUS for sc in by_id.values()):
@@ -331,6 +387,8 @@ class Resolver:
             distinct: Iterable[Scheme] = schemes
         else:
             named = {k: name_convention(sc, stack) for k, sc in by_id.items()}
+            if len({sc.format for sc in named.values()}) <= 1:  # one format (a layer's experts): its first
+                return (named[id(stored[0])] if stored else None), sniff
             schemes = list(map(named.__getitem__, map(id, stored)))
             distinct = named.values()
         formats = {sc.format for sc in distinct}
@@ -346,12 +404,12 @@ class Resolver:
         names = self._groups.get(prefix, [])
         if not names:
             return self._absent(prefix)
-        mods, missing, role, kind = self._modules_of(prefix, names)
+        mods, missing, role, kind, schemes, _ = self._modules_of(prefix, names)
         first = names[0]
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
         declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
-        stored, sniff = self._stored(prefix, mods, declared.scheme)
+        stored, sniff = self._stored(prefix, mods, schemes, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
         if stored is not None and not stored.quantized and not declared.quantized:

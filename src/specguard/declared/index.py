@@ -21,6 +21,7 @@ from specguard.declared import model as m
 from specguard.declared import patterns as p
 
 _SEP = "\n"
+_WILDCARDS = re.compile(r"([*?])")
 
 
 def _glob_regex(pattern: str) -> str | None:
@@ -28,7 +29,8 @@ def _glob_regex(pattern: str) -> str | None:
     left to the fallback)."""
     if "[" in pattern or _SEP in pattern:
         return None
-    return "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in pattern)
+    # the wildcards split out, the literal runs escaped whole (re.escape is char by char: the same text)
+    return "".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in _WILDCARDS.split(pattern))
 
 
 class NameIndex:
@@ -38,6 +40,7 @@ class NameIndex:
         # first-seen order: sorting 45,000 checkpoint names cost more than every scan of them
         self.names: list[str] = [n for n in dict.fromkeys(names) if _SEP not in n]
         self._set = frozenset(self.names)
+        self._found: dict[tuple[str, str], list[str]] = {}  # ``matching`` by (text, semantics)
 
     @cached_property
     def _text(self) -> str:
@@ -75,7 +78,13 @@ class NameIndex:
         ``experts`` entry (``is_layer_skipped``)."""
         if "experts" not in entry:
             return set()
-        return {n for n in self.names if "experts" in n and n in entry}
+        # the entry's substrings looked up in the set (a few thousand for any real entry), not a
+        # scan of every name: an export's 45,000 checkpoint modules, once per ``experts`` entry
+        size = len(entry)
+        if size * (size + 1) // 2 > len(self.names):
+            return {n for n in self.names if "experts" in n and n in entry}
+        subs = {entry[i:j] for i in range(size) for j in range(i + 7, size + 1)}  # len("experts") == 7
+        return {n for n in subs & self._set if "experts" in n}
 
     # -- per semantics -------------------------------------------------------
 
@@ -108,11 +117,14 @@ class NameIndex:
         return None  # user regexes: the fallback
 
     def matching(self, pat: m.Pattern) -> list[str]:
-        """Every indexed name ``pat`` matches, in sorted order."""
-        hit = self._matching(pat, want_all=True)
+        """Every indexed name ``pat`` matches, in sorted order (a copy: once per text and
+        semantics, all a match reads; SG101 and the planner ask of the same entries)."""
+        key = (pat.text, pat.semantics)
+        hit = self._found.get(key)
         if hit is None:
-            return sorted(n for n in self.names if pat.matches(n))
-        return sorted(hit)
+            found = self._matching(pat, want_all=True)
+            hit = self._found[key] = sorted(n for n in self.names if pat.matches(n)) if found is None else sorted(found)
+        return list(hit)
 
     def any(self, pat: m.Pattern) -> bool:
         """Does ``pat`` match at least one indexed name?"""

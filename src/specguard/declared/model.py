@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from fnmatch import fnmatch, fnmatchcase
 from functools import cached_property
@@ -132,6 +132,15 @@ class Pattern:
         if sem == CT_MATCH:
             return p.ct_match_name(name, t)
         return False
+
+    def matches_a_shard(self, names: Collection[str]) -> bool:
+        """``any(self.matches_shard(n) for n in names)``; an exact entry is one set test (SG101 asks
+        it of every shard of an export's 424 fused layers, for each of 123 entries)."""
+        if self.semantics in (VLLM_EXACT, MODELOPT_EXCLUDE):
+            entries = self.modelopt_entries[0] if self.semantics == MODELOPT_EXCLUDE else (self.text,)
+            wanted = names if isinstance(names, Set) else set(names)
+            return any(e in wanted for e in entries)
+        return any(self.matches_shard(n) for n in names)
 
     @property
     def is_class_target(self) -> bool:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
+from operator import itemgetter
 
 from specguard import plans
 from specguard.errors import LayoutError
@@ -28,6 +30,7 @@ ENGINES = (VLLM, SGLANG)
 # Per-expert checkpoint modules differ only in the expert index, which no rule
 # reads: one placement per (layer, projection) serves every expert.
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+(?=\.|$)")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 @lru_cache(maxsize=1 << 18)  # a lint walks the names several times (grouping, aliases, SG101)
@@ -186,14 +189,13 @@ class Layout:
     def grouped(self, names: Iterable[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """``group_by_runtime_prefix``, and by prefix the distinct ``alike`` names of its group
         in first-seen order (each name is made ``alike`` once: 45,000 in a DeepSeek export)."""
+        names = list(names)
+        alikes = list(map(alike, names))
+        prefix_of = {key: self.place(key).runtime_prefix for key in dict.fromkeys(alikes)}
+        # a prefix's names mostly come in one run (a layer's experts): grouped run by run, C-level maps
         groups: dict[str, list[str]] = {}
-        prefix_of: dict[str, str] = {}
-        for name in names:
-            key = alike(name)
-            prefix = prefix_of.get(key)
-            if prefix is None:
-                prefix = prefix_of[key] = self.place(key).runtime_prefix
-            groups.setdefault(prefix, []).append(name)
+        for prefix, run in groupby(zip(map(prefix_of.__getitem__, alikes), names, strict=True), key=_FIRST):
+            groups.setdefault(prefix, []).extend(map(_SECOND, run))
         keys: dict[str, list[str]] = {}
         for key, prefix in prefix_of.items():  # a key has one prefix: first seen in its group as overall
             keys.setdefault(prefix, []).append(key)

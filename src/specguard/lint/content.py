@@ -9,9 +9,11 @@ tensors instead of a Python loop over 100,000 small arrays (benchmarks/lint.py).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 import numpy as np
 
@@ -29,70 +31,129 @@ class ScaleColumn:
     """All sampled scale elements of one dtype, each tagged with its tensor's index."""
 
     dtype: str
-    values: np.ndarray  # float32 (U8: the raw codes)
     raw: np.ndarray | None  # uint8 codes for 8-bit dtypes
-    owner: np.ndarray  # tensor index per element
+    idx: np.ndarray  # the dtype's tensor indices, ascending
+    counts: np.ndarray  # elements sampled per tensor of ``idx``
     starts: np.ndarray  # first element of each tensor in ``owners``
     owners: np.ndarray  # tensor indices with at least one element, ascending
+    wide: np.ndarray | None = None  # float32 per element of a wider dtype (8-bit: None, see ``table``)
+    table: np.ndarray | None = None  # 8-bit: the float32 of each of the 256 codes (U8: the codes)
+
+    @cached_property
+    def owner(self) -> np.ndarray:
+        """Tensor index per element (made when first asked: a block-scale column's checks name the
+        tensors of their hits only, ``owners_at``)."""
+        return np.repeat(self.idx, self.counts)
+
+    def owners_at(self, mask: np.ndarray) -> np.ndarray:
+        """``owner[mask]``, found from the hits' positions (none, mostly) without ``owner``."""
+        at = np.flatnonzero(mask)
+        if "owner" in self.__dict__ or not len(at):
+            return self.owner[at]
+        return self.idx[np.searchsorted(np.cumsum(self.counts), at, side="right")]
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        """float32 per element (U8: the raw codes); an 8-bit column's made from ``table`` when first
+        asked: its checks run on the 256 codes (``of_codes``), not on millions of block samples."""
+        if self.wide is not None:
+            return self.wide
+        assert self.table is not None and self.raw is not None
+        return self.table[self.raw]
+
+    def of_codes(self, per_code: np.ndarray) -> np.ndarray:
+        """An 8-bit column's per-element mask from a mask over its 256 codes (a check of ``values``
+        made once per code: the same answer element by element)."""
+        assert self.raw is not None
+        hits = np.flatnonzero(per_code)
+        if len(hits) > 8:  # a table lookup (its uint8 index widened first: slower than a few compares)
+            return per_code[self.raw]
+        mask = np.zeros(self.raw.shape, dtype=bool)
+        for code in hits.tolist():  # mostly none or one or two (E4M3's NaN codes 0x7F, 0xFF)
+            mask |= self.raw == code
+        return mask
 
 
 @dataclass(frozen=True)
 class ScaleSamples:
     tensors: list[TensorInfo]  # per index (its name: ``names_of``, only for the few a finding names)
-    modules: list[str]
+    owners: list[str]  # the modules holding a sampled scale, each once, in table order
+    owner_of: np.ndarray  # int per index: its module's place in ``owners``
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
-    params: np.ndarray  # parameter suffix per index (object array)
+    param_names: list[str]  # the distinct parameter suffixes, in order of first appearance
+    param_of: np.ndarray  # int per index: its parameter suffix's place in ``param_names``
     per_tensor: np.ndarray  # bool per index: read whole
     columns: list[ScaleColumn]
 
     def names_of(self, idx) -> list[str]:
         return [self.tensors[i].name for i in idx]
 
+    def modules_of(self, idx: np.ndarray) -> list[str]:
+        """The module of each index in ``idx``."""
+        return list(map(self.owners.__getitem__, self.owner_of[idx].tolist()))
+
+    def params_of(self, idx: np.ndarray) -> list[str]:
+        """The parameter suffix of each index in ``idx``."""
+        return list(map(self.param_names.__getitem__, self.param_of[idx].tolist()))
+
+    def param_in(self, names: Collection[str]) -> np.ndarray:
+        """Bool per index: its parameter suffix is one of ``names`` (decided once per distinct suffix)."""
+        return np.array([p in names for p in self.param_names], dtype=bool)[self.param_of] if self.param_names \
+            else np.zeros(len(self.tensors), dtype=bool)
+
 
 def read_scales(r: Resolver) -> ScaleSamples:
     """Every scale tensor's bytes: whole for per-tensor scales, a prefix for block scales."""
-    # Fields are pulled with C-level maps (attrgetter, dict lookups), not a generator per field:
-    # 135,000 scale tensors in a DeepSeek export (benchmarks/lint_export.py).
+    # Each scale's fields are taken while its record is at hand: a later pass per field over 135,000
+    # scale tensors (a DeepSeek export, benchmarks/lint_export.py) waits on memory for each record again.
     tensors: list[TensorInfo] = []
-    modules: list[str] = []
     params: list[str] = []
+    dtypes: list[str] = []
+    spans: list[tuple[int, int]] = []  # data_offsets
+    starts: list[int] = []  # data_start
+    files: list[str] = []
     owners: list[str] = []  # each module with a scale, once
     owner_of: list[int] = []  # per scale: its module's place in ``owners``
     numpy_dtypes = NUMPY
     for m in r.table:
         n = len(tensors)
         for p, t in m.params.items():
-            if p in SCALE_PARAMS and t.dtype in numpy_dtypes:
-                tensors.append(t)
-                params.append(p)
+            if p in SCALE_PARAMS:
+                d = t.dtype
+                if d in numpy_dtypes:
+                    tensors.append(t)
+                    params.append(p)
+                    dtypes.append(d)
+                    spans.append(t.data_offsets)
+                    starts.append(t.data_start)
+                    files.append(t.file)
         if len(tensors) > n:
-            modules += [m.name] * (len(tensors) - n)
             owner_of += [len(owners)] * (len(tensors) - n)
             owners.append(m.name)
     if r.checkpoint.root is None or not tensors:
-        return ScaleSamples([], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, bool), [])
+        empty = np.zeros(0, np.int64)
+        return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
     n = len(tensors)
-    dtypes = list(map(attrgetter("dtype"), tensors))
     kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
     kind = np.fromiter(map(kinds.__getitem__, dtypes), np.int64, n)
     itemsize = np.array([NUMPY[d].itemsize for d in kinds], dtype=np.int64)[kind]
-    span = np.fromiter(chain.from_iterable(map(attrgetter("data_offsets"), tensors)), np.int64, 2 * n).reshape(n, 2)
-    begin = np.fromiter(map(attrgetter("data_start"), tensors), np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
+    span = np.fromiter(chain.from_iterable(spans), np.int64, 2 * n).reshape(n, 2)
+    begin = np.fromiter(starts, np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
     size = span[:, 1] - span[:, 0]
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize
-    buf, pos = r.checkpoint.read_ranges(list(map(attrgetter("file"), tensors)), begin, want)
+    buf, pos = r.checkpoint.read_ranges(files, begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
     layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module
     layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
-    siblings = (layer_of[np.array(owner_of, dtype=np.int64)] * len(param_ids)
-                + np.fromiter(map(param_ids.__getitem__, params), np.int64, n))
-    return ScaleSamples(tensors, modules, siblings, np.array(params, dtype=object),
-                        per_tensor, columns)
+    param_of = np.fromiter(map(param_ids.__getitem__, params), np.int64, n)
+    owner_at = np.array(owner_of, dtype=np.int64)
+    siblings = layer_of[owner_at] * len(param_ids) + param_of
+    return ScaleSamples(tensors, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
 
 
 def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count: np.ndarray) -> ScaleColumn:
@@ -103,13 +164,11 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     total = int(counts.sum())
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     # element j of tensor i lies at pos[i] + (j - first[i]) * k: one repeat over all elements
-    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
-    gathered = buf[byte_at][:, None] if k == 1 else buf[byte_at[:, None] + np.arange(k)]  # (total, k) bytes
-    codes = gathered[:, 0] if k == 1 else None
-    if codes is not None:  # 8-bit: each code's float32 from a 256-entry table (the same conversion, once per code)
-        values = (np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8)
-                  .astype(np.float32)[codes])
-    else:
-        values = gathered.reshape(-1).view(np_dtype).astype(np.float32)
     keep = counts > 0
-    return ScaleColumn(dtype, values, codes, np.repeat(idx, counts), first[keep], idx[keep])
+    if k == 1:  # 8-bit: the codes; each code's float32 from a 256-entry table (the same conversion, once per code)
+        codes = buf[np.arange(total, dtype=np.int64) + np.repeat(pos[idx] - first, counts)]
+        table = np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
+        return ScaleColumn(dtype, codes, idx, counts, first[keep], idx[keep], table=table)
+    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
+    values = buf[byte_at[:, None] + np.arange(k)].reshape(-1).view(np_dtype).astype(np.float32)  # (total, k) bytes
+    return ScaleColumn(dtype, None, idx, counts, first[keep], idx[keep], wide=values)

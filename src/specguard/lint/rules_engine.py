@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import repeat
-from operator import itemgetter
 from types import ModuleType
 
 from specguard.engines import Refusal
@@ -15,8 +13,6 @@ from specguard.lint.context import LintContext, describe
 from specguard.lint.finding import ERROR, Finding
 from specguard.lint.registry import rule
 from specguard.resolve import Route
-
-_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 SG701 = rule("SG701", "engine-will-not-start", ERROR,
       "vLLM 0.33 refuses this checkpoint at start-up or while loading its weights: it will not serve.")
@@ -84,7 +80,7 @@ def _expert_tensors(ctx: LintContext) -> Iterator[tuple[ModuleType, str, str, bo
         # them (the same in every layer), found with C-level maps, less those already known to map,
         # skip the whole layer when the rest map (45,000 expert modules in a DeepSeek export)
         known = known_by.setdefault(loader, set())
-        cut = set(map(_AFTER_SEP, map(str.partition, rt.checkpoint_names, repeat(".experts")))) - known
+        cut = res.expert_parts(rt.prefix) - known
         if all(not sep or loader.expert_module_mapped(rest.lstrip(".")) for sep, rest in cut):
             known |= cut
             continue

@@ -9,7 +9,6 @@ from dataclasses import replace
 from specguard.declared import CT_MATCH, FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Fp8Declared, Pattern
 from specguard.declared.edits import Applicability, ConfigEdit, Fix, at_key
 from specguard.declared.index import NameIndex
-from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.layouts.roles import EMBEDDING_KIND, HEAD_KIND, LINEAR, ROUTED_EXPERTS
 from specguard.lint.context import LintContext, describe
@@ -54,15 +53,15 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
         patterns = r.declared_config.exclusions
         if not patterns or _never_starts(r) or _matching_unmodelled(r):
             continue
-        modules = list(r.table.modules)
-        # experts of a layer share their spellings: one lookup per projection, not per module
-        runtime = sorted({p for m in dict.fromkeys(map(alike, modules)) for p in r.layout.runtime_prefixes(m)}
-                         | set(getattr(r.vllm, "built_prefixes", tuple)()))  # built though not stored
+        built: tuple[str, ...] = tuple(getattr(r.vllm, "built_prefixes", tuple)())  # built though not stored
+        runtime = r.stored_runtime_prefixes
+        if built:
+            runtime = sorted(set(runtime).union(built))
         # One index per name set: each pattern is then a scan of a joined text, not a
         # Python loop over 45,000 names (issue 12 item 10).
         indexes: dict[object, NameIndex] = {False: NameIndex(runtime)}
-        shards = sorted({sh for rt in ctx.routes(r) for sh in rt.shards})
-        checkpoint = NameIndex(modules)
+        shards = {sh for rt in ctx.routes(r) for sh in rt.shards}
+        checkpoint = r.checkpoint_index()
         for pat in patterns:
             v41 = pat.semantics == FNMATCHCASE
             key: object = "asked" if _regex(pat) else v41
@@ -70,7 +69,7 @@ def dead_exclusions(ctx: LintContext) -> Iterator[Finding]:
                 indexes[key] = NameIndex(_asked(ctx, r) if key == "asked" else engine_names(r, pat, runtime))
             if any(indexes[key].any(q) for q in _engine_spellings(r, pat)):
                 continue
-            if any(pat.matches_shard(sh) for sh in shards):  # vLLM tests a fused layer's shards too
+            if pat.matches_a_shard(shards):  # vLLM tests a fused layer's shards too
                 continue
             hits = checkpoint.matching(pat)
             if _regex(pat) and not any(_is_asked(r, m) for m in hits):

@@ -49,26 +49,40 @@ def implausible_scales(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _problems(col: ScaleColumn, samples: ScaleSamples) -> Iterator[tuple[str, set[int]]]:
-    """Each check is one vectorized mask over every sampled element of the dtype."""
-    v, owner = col.values, col.owner
-    per_tensor = samples.per_tensor[owner]
+    """Each check is one vectorized mask over every sampled element of the dtype (an 8-bit
+    dtype's: over its 256 codes, then looked up per element)."""
+    table = col.table
+    eight_bit = col.raw is not None and table is not None
 
     def hit(mask: np.ndarray) -> set[int]:
-        return set(owner[mask].tolist())
+        return set(col.owners_at(mask).tolist())
 
     if col.dtype == "F8_E8M0" and col.raw is not None:  # 8-bit: raw codes are kept
         yield "hold E8M0 0xFF (NaN)", hit(col.raw == 0xFF)
     elif col.dtype != "U8":
-        yield "hold NaN or Inf", hit(~np.isfinite(v))
+        yield "hold NaN or Inf", hit(col.of_codes(~np.isfinite(table)) if eight_bit and table is not None
+                                     else ~np.isfinite(col.values))
     if col.dtype in ("F32", "BF16", "F16"):
+        v = col.values
         yield "hold vLLM's finfo(float32).min fill value", hit(v == FINFO_MIN)
-        signed = np.array([p in NON_NEGATIVE for p in samples.params], dtype=bool)[owner]  # isin sorts strings
+        signed = samples.param_in(NON_NEGATIVE)[col.owner]
         yield "hold negative values", hit((v < 0) & (v != FINFO_MIN) & signed)
     if col.dtype != "U8":
-        yield "are zero (a per-tensor scale of 0 erases the layer)", hit(per_tensor & (v == 0))
+        zero_what = "are zero (a per-tensor scale of 0 erases the layer)"
+        odd_what = f"have magnitudes outside [{TINY:g}, {HUGE:g}] (uninitialized memory?)"
+        if not samples.per_tensor[col.owners].any():  # block scales only: neither check can hit
+            yield zero_what, set()
+            yield odd_what, set()
+            return
+        per_tensor = samples.per_tensor[col.owner]
+        v = table if eight_bit and table is not None else col.values
         mag = np.abs(v)
-        odd = per_tensor & np.isfinite(v) & (v != 0) & ((mag < TINY) | (mag > HUGE))
-        yield f"have magnitudes outside [{TINY:g}, {HUGE:g}] (uninitialized memory?)", hit(odd)
+        zero = v == 0
+        odd = np.isfinite(v) & (v != 0) & ((mag < TINY) | (mag > HUGE))
+        if eight_bit:
+            zero, odd = col.of_codes(zero), col.of_codes(odd)
+        yield zero_what, hit(per_tensor & zero)
+        yield odd_what, hit(per_tensor & odd)
 
 
 def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
@@ -89,7 +103,7 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
             med = float(np.median(vals))
             far = members[(vals > med * SIBLING_SPREAD) | (vals < med / SIBLING_SPREAD)]
             if far.size:
-                param = samples.params[owners[members[0]]]
+                param = samples.param_names[samples.param_of[owners[members[0]]]]
                 what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
                 out.setdefault(what, set()).update(owners[far].tolist())
     return out

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, getitem, methodcaller
 
 import numpy as np
 
@@ -14,6 +15,8 @@ from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
 
 GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
+_W1_OR_W3 = methodcaller("endswith", (".w1", ".w3"))
+_LESS_W = slice(None, -3)
 
 
 SG501 = rule("SG501", "fused-shards-disagree", ERROR,
@@ -49,17 +52,16 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
         if col.dtype in ("F32", "BF16", "F16"):
             first[col.owners] = col.values[col.starts]
             read[col.owners] = True
-    wanted = np.flatnonzero(read & samples.per_tensor & np.isin(samples.params, GLOBAL_SCALES))
+    wanted = np.flatnonzero(read & samples.per_tensor & samples.param_in(GLOBAL_SCALES))
     # the fused layer each module's scale joins: its route's, or for w1 and w3 of one expert their w13
     # (route by route: no set of every expert module first, 25,000 on benchmarks/lint.py)
-    layer_of = {m: m.rsplit(".", 1)[0] for names in experts for m in names if m.endswith((".w1", ".w3"))}
+    shards = list(filter(_W1_OR_W3, chain.from_iterable(experts)))  # C-level maps: 25,000 experts here
+    layer_of = dict(zip(shards, map(getitem, shards, repeat(_LESS_W)), strict=True))  # less ".w1" / ".w3"
     layer_of.update(fused)
-    modules, params = samples.modules, samples.params
-    idx = wanted.tolist()
-    layers = list(map(layer_of.get, map(modules.__getitem__, idx)))
+    layers = list(map(layer_of.get, samples.modules_of(wanted)))
     at = [j for j, layer in enumerate(layers) if layer is not None]
     named: list[str] = list(map(layers.__getitem__, at))  # type: ignore[arg-type]  # (``at``: none is None)
-    keys = list(zip(named, params[wanted[at]].tolist(), strict=True))
+    keys = list(zip(named, samples.params_of(wanted[at]), strict=True))
     # the scales grouped by (layer, parameter), numbered in order of first appearance: a few ufuncs
     # over every group instead of a Python list per group (25,000 experts on benchmarks/lint.py)
     number = {k: i for i, k in enumerate(dict.fromkeys(keys))}

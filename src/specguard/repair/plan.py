@@ -12,10 +12,8 @@ Nothing is written here: ``repair.write`` turns the plan into a directory.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 from specguard.checkpoint.errors import CheckpointError
@@ -27,8 +25,6 @@ from specguard.errors import UsageError
 from specguard.layouts.registry import text_config
 from specguard.layouts.runs import describe as describe  # one definition; strategies import it from here
 from specguard.resolve import OK, UNKNOWN, Resolver, Route
-
-_AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 ALL = "all"
 TARGET, DRAFTER = "target", "drafter"
@@ -245,7 +241,7 @@ class Overlay:
 
         found: dict[str, str] = {}
         mapped: dict[str, bool] = {}  # by ``{e}.{proj}``: the same few hundred in every layer
-        known: set[tuple[str, str]] = set()  # (separator, ``{e}.{proj}``) of modules known to map
+        known: set[tuple[str, str]] = set()  # ``Resolver.expert_parts`` of modules known to map
 
         def is_mapped(below: str) -> bool:
             hit = mapped.get(below)
@@ -257,9 +253,9 @@ class Overlay:
             if rt.kind != r.ROUTED_EXPERTS:
                 continue
             # a layer's experts name a few hundred ``{e}.{proj}``, the same in every layer: the route's set
-            # of them, found with C-level maps, less those known to map, skips a layer when the rest map
-            cut = set(map(_AFTER_SEP, map(str.partition, rt.checkpoint_names, repeat(".experts.")))) - known
-            if all(is_mapped(b) for sep, b in cut if sep):
+            # of them (SG702's, made once per route), less those known to map, skips a layer when the rest map
+            cut = resolver.expert_parts(rt.prefix) - known
+            if all(is_mapped(b) for b in _after_experts_dot(cut)):
                 known |= cut
                 continue
             for module in rt.checkpoint_names:
@@ -286,6 +282,21 @@ class Overlay:
     @property
     def changed(self) -> bool:
         return bool(self.reencode or self.index_add or self.rename or self.edits)
+
+
+def _after_experts_dot(parts: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """What follows a module name's first ``.experts.``, from its ``partition(".experts")`` (separator,
+    rest): ``rest`` less its dot where the two meet at one place, else ``.experts.`` found in ``rest`` (no
+    ``.experts.`` can start inside ``.experts``); none where the name has no ``.experts.``."""
+    for sep, rest in parts:
+        if not sep:
+            continue
+        if rest[:1] == ".":
+            yield rest[1:]
+        else:
+            _, dot_sep, after = rest.partition(".experts.")
+            if dot_sep:
+                yield after
 
 
 @dataclass

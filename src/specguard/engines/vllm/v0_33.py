@@ -229,6 +229,11 @@ class Vllm033:
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
         self.platform = platform
+        # answers per runtime prefix, each asked several times per route (its model, its plan row, whether
+        # the model builds it without a quant config): once each (787 routes, twice, in an export's lint)
+        self._model_memo: dict[str, str] = {}
+        self._row_memo: dict[tuple[str, str | None, int], plans.ModuleRow | None] = {}  # by plan too (a
+        self._plain_memo: dict[tuple[str, str, int], bool] = {}  # copy without one shares these dicts)
         self.config = config
         self.text = text_config(config)
         self.draft_kind = draft_kind_for(draft_method)
@@ -425,6 +430,12 @@ class Vllm033:
         return self.declared, self.model_type
 
     def _model_of(self, prefix: str) -> str:
+        hit = self._model_memo.get(prefix)
+        if hit is None:
+            hit = self._model_memo[prefix] = self._model_of_role(prefix)
+        return hit
+
+    def _model_of_role(self, prefix: str) -> str:
         role = self.layout.role(prefix)
         if not role.is_draft:
             return TARGET_MODEL
@@ -470,8 +481,11 @@ class Vllm033:
         """The recorded module behind a runtime prefix (None: no plan, or the plan has no such module)."""
         if self.plan is None:
             return None
-        side = self._plan_side(model or self._model_of(prefix))
-        return side.find(prefix) if side is not None else None
+        key = (prefix, model, id(self.plan))
+        if key not in self._row_memo:
+            side = self._plan_side(model or self._model_of(prefix))
+            self._row_memo[key] = side.find(prefix) if side is not None else None
+        return self._row_memo[key]
 
     def _plan_side(self, model: str) -> plans.Side | None:
         """The plan's side that describes ``model``: the target, or its draft where the plan's
@@ -497,6 +511,13 @@ class Vllm033:
         """Layers the model class builds with ``quant_config=None``: no config can quantize them.
         Recorded in the plan where there is one (a module row whose quant config was never
         asked: GLM MTP's ``eh_proj``, a plain ``nn.Linear``); otherwise the rules below."""
+        key = (prefix, kind, id(self.plan))
+        hit = self._plain_memo.get(key)
+        if hit is None:
+            hit = self._plain_memo[key] = self._built_without_quant_config(prefix, kind)
+        return hit
+
+    def _built_without_quant_config(self, prefix: str, kind: str) -> bool:
         row = self.plan_row(prefix) if kind in _PLANNED_KINDS else None
         if row is not None:
             return not row.asks_quant_config

@@ -17,7 +17,6 @@ from fnmatch import fnmatchcase
 
 from specguard.declared import FNMATCHCASE, VLLM_EXACT, VLLM_SUBSTRING, VLLM_SUFFIX, Pattern
 from specguard.declared.index import NameIndex
-from specguard.layouts.base import alike
 from specguard.layouts.registry import DEEPSEEK_V4_TYPES, is_deepseek_v41, model_type_of
 from specguard.repair.plan import Plan, Problem
 from specguard.resolve import Resolver
@@ -67,8 +66,7 @@ class _Names:
 
     def __init__(self, r: Resolver) -> None:
         self.r = r
-        # experts of a layer share their spellings: one lookup per projection, not per expert
-        runtime = sorted({p for m in dict.fromkeys(map(alike, r.table.modules)) for p in r.layout.runtime_prefixes(m)})
+        runtime = r.stored_runtime_prefixes  # SG101's, found once per resolver
         n = r.layout.num_hidden_layers
         self.runtime = {False: NameIndex(runtime),
                         True: NameIndex(x for x in (r.vllm.v41_ignore_name(p, n) for p in runtime) if x is not None)}
@@ -84,7 +82,7 @@ class _Names:
 
     @functools.cached_property
     def checkpoint(self) -> NameIndex:  # asked only for entries dead at run time
-        return NameIndex(self.r.table.modules)
+        return self.r.checkpoint_index()
 
     @functools.cached_property
     def _multiline(self) -> list[str]:

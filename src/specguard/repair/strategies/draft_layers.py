@@ -5,7 +5,6 @@ start-up instead of drafting noise."""
 
 from __future__ import annotations
 
-from specguard.layouts.base import alike
 from specguard.layouts.registry import text_config
 from specguard.repair.plan import Plan, Problem, Unrepairable
 from specguard.repair.strategies.common import settle
@@ -29,7 +28,7 @@ def apply(plan: Plan, problems: list[Problem]) -> None:
         layout = p.resolver.layout
         if id(p.resolver) not in stored_of:
             # experts of a layer share its role: one question per projection, not per expert
-            roles = [layout.role(m) for m in dict.fromkeys(map(alike, p.resolver.table.modules))]
+            roles = [layout.role(m) for m in p.resolver.alike_names]
             stored_of[id(p.resolver)] = sorted({x.layer for x in roles if x.is_draft and x.layer is not None})
         stored = stored_of[id(p.resolver)]
         if stored != list(layout.draft_layers[: len(stored)]) or "num_nextn_predict_layers" not in cfg \
