@@ -141,7 +141,7 @@ def _client(connections: int) -> httpx2.Client:
 class Session:
     """Requests of one audit: shared deadline, shared retry-wait allowance, a stop flag.
 
-    ``where``: the repo id, for messages; ``plain``: http.client (plainhttp.py) instead of
+    ``where``: the repo id, for messages; ``plain``: the plain client (plainhttp.py) instead of
     httpx2; ``stop``: set, every read ends within POLL."""
 
     def __init__(self, where: str, headers: dict[str, str], limits: Limits | None = None, connections: int = 32,
@@ -206,7 +206,7 @@ class Session:
         a retried one after the others. The first ask that fails for good raises; the caller
         stops the others (``stop``).
 
-        http.client sends them all from this thread (plainhttp.py ``Pool.gather``), a retry
+        The plain client sends them all from this thread (plainhttp.py ``Pool.gather``), a retry
         going on in a thread of its own; httpx2 takes a thread per connection."""
         if self.pool is None:
             yield from _threaded(asks, self.connections, lambda a, failed: self.get(
