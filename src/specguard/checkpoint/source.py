@@ -71,9 +71,11 @@ def open_checkpoint(
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """The header pass allocates ~10 objects per tensor, all of them kept: the
-    cyclic collector would rescan the growing heap for nothing (about 40 % of
-    the pass on 100k tensors, benchmarks/headers.py)."""
+    """The cyclic collector off within (the process's switch: every thread). For work
+    whose objects are all kept: the header pass allocates ~10 per tensor, and the
+    collector would rescan the growing heap for nothing (about 40 % of the pass on
+    100k tensors, benchmarks/headers.py); classify, the Resolver, lint and a remote
+    audit (commands/replay.py) use it alike."""
     was = gc.isenabled()
     gc.disable()
     try:

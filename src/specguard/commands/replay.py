@@ -18,8 +18,7 @@ import hashlib
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,25 +43,16 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
             return answer[0]
-    with _collector_paused():
+    from specguard.usage import ctrl_c_deferred
+
+    with ctrl_c_deferred():
+        from specguard.checkpoint.source import gc_paused
+    # Everything an audit builds (its modules' imports, 40,000 header records, the module table)
+    # is kept to its end: the collector, paused over the whole audit (the reading's thread
+    # included: the switch is the process's), would rescan the growing heap for nothing
+    # (~6 % of a cold audit's CPU, benchmarks/remote.py).
+    with gc_paused():
         return _audit(args, run)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Everything an audit builds (its modules' imports, 40,000 header records, the module
-    table) is kept to its end: the cyclic collector would rescan the growing heap for
-    nothing, ~6 % of a cold audit's CPU (benchmarks/remote.py; checkpoint.source
-    ``gc_paused`` pauses it over the header pass alone, from the command's thread)."""
-    import gc
-
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _audit(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
