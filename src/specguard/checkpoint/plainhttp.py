@@ -307,10 +307,8 @@ class Response:
 
     def iter_bytes(self) -> Iterator[bytes]:
         while True:
-            try:
+            with _as_dropped():
                 piece = self._r.read(1 << 16)
-            except (ProtocolError, OSError) as e:
-                raise Dropped(_what(e)) from e
             if not piece:
                 return
             yield piece
@@ -413,14 +411,12 @@ class Pool:
         scheme, host, port, path = _where(url)
         conn = self._take(scheme, host, port)
         try:
-            conn.request(method, path, headers=headers)
-            r = conn.getresponse()
-        except (Timeout, CannotConnect):
+            with _as_dropped():
+                conn.request(method, path, headers=headers)
+                r = conn.getresponse()
+        except (Timeout, CannotConnect, Dropped):
             conn.close()
             raise
-        except (ProtocolError, OSError) as e:
-            conn.close()
-            raise Dropped(_what(e)) from e
         return conn, r, {k.lower(): v for k, v in r.getheaders()}
 
     def _drain(self, conn: _Conn, r: _Answer) -> None:
@@ -593,12 +589,8 @@ class _Gather:
         conn = ask.conn
         assert conn is not None and isinstance(conn.sock, _Sock)
         self.clock(ask.i)
-        try:
+        with _as_dropped():
             conn.request(ask.method, ask.where[3], headers=ask.headers)
-        except (Timeout, CannotConnect):
-            raise
-        except (ProtocolError, OSError) as e:
-            raise Dropped(_what(e)) from e
         self._register(ask, conn.sock.sock, selectors.EVENT_READ, "answer")
 
     def _answer(self, ask: _Ask) -> None:
@@ -607,12 +599,8 @@ class _Gather:
         conn = ask.conn
         assert conn is not None
         self.clock(ask.i)
-        try:
+        with _as_dropped():
             r = conn.getresponse()
-        except (Timeout, CannotConnect):
-            raise
-        except (ProtocolError, OSError) as e:
-            raise Dropped(_what(e)) from e
         hdrs = {k.lower(): v for k, v in r.getheaders()}
         ask.commit = ask.commit or hdrs.get("x-repo-commit")
         location = hdrs.get("location")
@@ -661,6 +649,16 @@ def _redirected(method: str, url: str, headers: dict[str, str], status: int,
     if status == 303 and method != "HEAD":
         method = "GET"
     return method, target, headers
+
+
+@contextmanager
+def _as_dropped() -> Iterator[None]:
+    """A framing error or a socket's OSError within, raised as Dropped (hubhttp retries it),
+    named; Timeout and CannotConnect pass as they are."""
+    try:
+        yield
+    except (ProtocolError, OSError) as e:
+        raise Dropped(_what(e)) from e
 
 
 def _what(e: BaseException) -> str:
