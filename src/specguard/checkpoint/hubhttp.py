@@ -209,8 +209,7 @@ class Session:
         The plain client sends them all from this thread (plainhttp.py ``Pool.gather``), a retry
         going on in a thread of its own; httpx2 takes a thread per connection."""
         if self.pool is None:
-            yield from _threaded(asks, self.connections, lambda a, failed: self.get(
-                a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed), self.stop)
+            yield from _threaded(asks, self.connections, self._get_ask, self.stop)
             return
         ends: dict[int, float] = {}
 
@@ -239,10 +238,12 @@ class Session:
         finally:
             _CLOCK.at = math.inf
         if retried:
-            for j, answer in _threaded([a for a, _ in retried], len(retried), lambda a, failed: self.get(
-                    a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed),
-                                       self.stop, [e for _, e in retried]):
+            for j, answer in _threaded([a for a, _ in retried], len(retried), self._get_ask, self.stop,
+                                       [e for _, e in retried]):
                 yield numbers[j], answer
+
+    def _get_ask(self, a: Ask, failed: _Retryable | None) -> Answer:
+        return self.get(a.url, a.where, method=a.method, first=a.first, last=a.last, limit=a.limit, failed=failed)
 
     def _pause(self, where: str, failure: str, wait: float, asked: float | None) -> None:
         """Wait before a retry, within the allowance; a server asking for longer ends the
