@@ -305,10 +305,11 @@ class Sglang0523:
     def _nextn_scale_refusals(self, modules: Mapping[str, Module]) -> list[Refusal]:
         if self.layout.family != "deepseek_v3" or self.quant_class is None or self._draft_quant() is not None:
             return []
-        for _, prefix, mod in self._draft_modules(modules):
+        draft = self._draft_modules(modules)
+        for _, prefix, mod in draft:
             scales = sorted(p for p in mod.params if p and p not in ("weight", "bias"))
             if prefix.endswith(".gate_up_proj") and ".experts." not in f"{prefix}." and scales:
-                shards = tuple(n for n, pre, _ in self._draft_modules(modules) if pre == prefix)
+                shards = tuple(n for n, pre, _ in draft if pre == prefix)
                 return [Refusal("weight loading", f"KeyError: '{prefix}.{scales[0]}'",
                                 f"its NextN draft has no quant config{self._why_none()}, "
                                 f"so the stored {mod.scheme.format} scales of the fused {prefix.rsplit('.', 1)[-1]} "
@@ -449,7 +450,8 @@ class Sglang0523:
         return cls
 
     def _no_draft_quant(self) -> str:
-        return f" for the draft{self._why_none()}" if self._why_none() else ""
+        why = self._why_none()
+        return f" for the draft{why}" if why else ""
 
     def _why_none(self) -> str:
         """Why the draft has no quant config, as a trailing clause (findings wrap it in parentheses)."""
