@@ -137,7 +137,7 @@ def render(table: ModuleTable, roles: Mapping[str, Role], console: Console,
     t.add_column("role")
     t.add_column("count", justify="right")
     t.add_column("size", justify="right")
-    sizes = [_nbytes(cast(list[Module], run.items)) for run in runs]
+    sizes = [sum(m.nbytes for m in cast(list[Module], run.items)) for run in runs]
     for run, size in zip(runs, sizes, strict=True):
         (label, role, fmt), missing = cast(tuple[tuple[str, str, str], tuple[str, ...]], run.key)
         label = escape(label)
@@ -159,15 +159,6 @@ def _label(scheme: Scheme, role: Role, spelled: dict[tuple[int, int], tuple[str,
     if shown is None:
         shown = spelled[key] = (scheme.short(), role_label(role), str(scheme.format))
     return shown
-
-
-def _nbytes(modules: list[Module]) -> int:
-    n = 0
-    for m in modules:  # Module.nbytes inlined: a run holds up to 10,000s of modules
-        for t in m.params.values():
-            begin, end = t.data_offsets
-            n += end - begin
-    return n
 
 
 def _totals(runs: list[Run], run_bytes: list[int]) -> Table:
