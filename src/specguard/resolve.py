@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from specguard.checkpoint.errors import CheckpointError
 from specguard.checkpoint.header import TensorInfo
@@ -275,8 +275,8 @@ class Resolver:
         """The parameters of each module behind one of this resolver's routes, in ``rt.checkpoint_names``'
         order: the routing's own list where it made one (read it, do not change it), else looked up."""
         hit = self._grouped.get(rt.prefix)
-        if hit is not None and len(hit[0]) == len(rt.checkpoint_names):
-            return hit[5]
+        if isinstance(hit, _Group) and len(hit.modules) == len(rt.checkpoint_names):
+            return hit.params
         return [m.params for m in map(self.table.modules.get, rt.checkpoint_names) if m is not None]
 
     def checkpoint_index(self) -> NameIndex:
@@ -344,8 +344,7 @@ class Resolver:
 
     # -- internals ----------------------------------------------------------
 
-    def _modules_of(self, prefix: str, names: list[str]) -> tuple[list[Module], tuple[str, ...], Role, ModuleKind,
-                                                                 list[Scheme], list[Mapping[str, TensorInfo]]]:
+    def _modules_of(self, prefix: str, names: list[str]) -> _Group:
         """The prefix's modules (``names``: at least one), the tensors they lack, its role and layer
         kind, and each module's stored scheme and parameters: what no config changes, shared like
         ``_stored``."""
@@ -354,9 +353,9 @@ class Resolver:
             mods = list(map(self.table.modules.__getitem__, names))
             pairs = list(map(_VISIT, mods))  # one visit per module (45,000 in a DeepSeek export)
             lacking = set(map(_SECOND, pairs))  # experts share one tuple (mostly the empty one: a cheap hash)
-            hit = self._grouped[prefix] = (mods, tuple(sorted({p for x in lacking for p in x})),
-                                           self.layout.role(names[0]), self.layout.module_kind(names[0]),
-                                           list(map(_FIRST, pairs)), list(map(_THIRD, pairs)))
+            hit = self._grouped[prefix] = _Group(mods, tuple(sorted({p for x in lacking for p in x})),
+                                                 self.layout.role(names[0]), self.layout.module_kind(names[0]),
+                                                 list(map(_FIRST, pairs)), list(map(_THIRD, pairs)))
         return hit
 
     def _stored(self, prefix: str, mods: list[Module], stored: list[Scheme],
@@ -500,6 +499,17 @@ class Resolver:
             f"config promises draft layer {layer - self.layout.num_hidden_layers} "
             f"(runtime layer {layer}) but no tensor of it is stored: an engine would run it randomly initialised"
         )})
+
+
+class _Group(NamedTuple):
+    """A runtime prefix's stored modules and what no config changes about them (``_modules_of``)."""
+
+    modules: list[Module]
+    missing: tuple[str, ...]  # the tensors some of them lack
+    role: Role
+    kind: ModuleKind
+    schemes: list[Scheme]  # each module's stored scheme, in ``modules`` order
+    params: list[Mapping[str, TensorInfo]]  # each module's parameters, in ``modules`` order
 
 
 _LAYOUT_CACHES = ("_cache", "_roles")  # a Layout's memos of ``place`` and ``role``: not settings
