@@ -303,8 +303,7 @@ class Vllm033:
         return hit
 
     def _ignored_layers(self, model: str) -> tuple[str, ...]:
-        d, _ = self._declared(model)
-        raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+        raw = self._unquantized_entries(model)
         if not self.v4_mapper_applies(model):
             return tuple(raw)
         names = [deepseek_v4_rename(x) for x in raw]
@@ -314,6 +313,12 @@ class Vllm033:
                 names = [x.replace(f"model.mtp.{i}.", f"model.layers.{n + i}.", 1)
                          if x.startswith(f"model.mtp.{i}.") else x for x in names]
         return tuple(names)
+
+    def _unquantized_entries(self, model: str) -> list[str]:
+        """The config's unquantizing list entries for ``model``, as written: what ``ignored_layers``
+        and ``modelopt_excludes`` each rename as vLLM does."""
+        d, _ = self._declared(model)
+        return [x.text for x in d.patterns if x.effect == UNQUANTIZED]
 
     def v4_mapper_applies(self, model: str) -> bool:
         """Whether vLLM renames ``model``'s lists through DeepSeek-V4's class-level
@@ -728,8 +733,7 @@ class Vllm033:
         does, DeepSeek-V2/V3's and the V4.1 VL wrapper's do not."""
         hit = self._excludes.get(model)  # asked per layer (hundreds per lint); the config is fixed
         if hit is None:
-            d, _ = self._declared(model)
-            raw = [x.text for x in d.patterns if x.effect == UNQUANTIZED]
+            raw = self._unquantized_entries(model)
             hit = self._excludes[model] = (tuple(raw) if not self.v4_mapper_applies(model)
                                            else tuple(deepseek_v4_rename(x) for x in modelopt_rewrite(raw)))
         return hit
