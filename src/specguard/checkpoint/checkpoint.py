@@ -90,9 +90,10 @@ class Checkpoint:
             return np.frombuffer(raw, np.uint8)
         return np.frombuffer(raw, dtype).reshape(t.shape)
 
-    def read_ranges(self, files: list[str], begin: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes ``[begin[i], begin[i] + length[i])`` of ``files[i]`` for many i, as one
-        uint8 buffer and each range's position in it.
+    def read_ranges(self, names: list[str], shard_of: np.ndarray, begin: np.ndarray,
+                    length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes ``[begin[i], begin[i] + length[i])`` of shard ``names[shard_of[i]]`` for many i,
+        as one uint8 buffer and each range's position in it.
 
         One ``pread`` per run of ranges that touch (the per-tensor scales of a module lie
         side by side: a third fewer calls on benchmarks/lint_export.py), each shard opened
@@ -104,9 +105,7 @@ class Checkpoint:
 
         if self.root is None:
             raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
-        begin, length = begin.astype(np.int64), length.astype(np.int64)
-        shard_ids = {f: i for i, f in enumerate(dict.fromkeys(files))}
-        shard_of = np.array(list(map(shard_ids.__getitem__, files)), dtype=np.int64)
+        begin, length, shard_of = begin.astype(np.int64), length.astype(np.int64), shard_of.astype(np.int64)
         at = shard_of * (1 << 44) + begin  # (shard, offset) in one int, as ``reach`` below
         # ranges asked in file order (a shard's tensors in header order) need no sort: a stable sort's identity
         order = np.arange(len(at)) if (at[1:] >= at[:-1]).all() else np.lexsort((begin, shard_of))
@@ -122,7 +121,6 @@ class Checkpoint:
         run_pos = np.cumsum(run_len) - run_len
         pos = np.empty(len(order), dtype=np.int64)
         pos[order] = run_pos[run_of] + start - run_begin[run_of]
-        names = list(shard_ids)
         chunks: list[bytes] = []
         run_shard = shard[heads]
         firsts = np.r_[0, np.flatnonzero(np.diff(run_shard)) + 1] if len(heads) else heads  # runs in shard order
@@ -130,7 +128,8 @@ class Checkpoint:
                              strict=True):
             chunks += self._pread_runs(names[k], run_begin[lo:hi].tolist(), run_len[lo:hi].tolist())
         ids = self._sections[0]
-        self._charge(np.array([ids[n] for n in names], dtype=np.int64)[shard_of], begin, length)
+        # the runs cover the pages the ranges do (each run is its ranges' union): fewer to count
+        self._charge(np.array([ids[n] for n in names], dtype=np.int64)[run_shard], run_begin, run_len)
         return np.frombuffer(b"".join(chunks), dtype=np.uint8), pos
 
     def _pread_runs(self, name: str, begins: list[int], lengths: list[int]) -> list[bytes]:

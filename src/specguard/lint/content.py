@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain, repeat
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -23,7 +23,8 @@ from specguard.formats.modules import SCALE_PARAMS
 from specguard.resolve import Resolver
 
 PER_TENSOR_MAX = 64  # elements: per-tensor / per-expert scales are read whole
-BLOCK_SAMPLE = 64  # bytes of each block scale checked for impossible values (garbage is never sparse)
+BLOCK_SAMPLE = 64  # bytes of each block scale checked for impossible values (garbage is never sparse);
+# its head or its tail, whichever one read shares with a neighbour (``_tail_offset``)
 
 
 @dataclass(frozen=True)
@@ -103,47 +104,39 @@ class ScaleSamples:
 
 
 def read_scales(r: Resolver) -> ScaleSamples:
-    """Every scale tensor's bytes: whole for per-tensor scales, a prefix for block scales."""
-    # Each scale's fields are taken while its record is at hand: a later pass per field over 135,000
-    # scale tensors (a DeepSeek export, benchmarks/lint_export.py) waits on memory for each record again.
+    """Every scale tensor's bytes: whole for per-tensor scales, ``BLOCK_SAMPLE`` bytes of each block scale."""
     tensors: list[TensorInfo] = []
     params: list[str] = []
-    dtypes: list[str] = []
-    spans: list[tuple[int, int]] = []  # data_offsets
-    starts: list[int] = []  # data_start
-    files: list[str] = []
     owners: list[str] = []  # each module with a scale, once
-    owner_of: list[int] = []  # per scale: its module's place in ``owners``
+    per_owner: list[int] = []  # its scales
     numpy_dtypes = NUMPY
-    for m in r.table:
+    for m in r.table:  # one append per scale: its fields are read below, a C-level pass each
         n = len(tensors)
         for p, t in m.params.items():
-            if p in SCALE_PARAMS:
-                d = t.dtype
-                if d in numpy_dtypes:
-                    tensors.append(t)
-                    params.append(p)
-                    dtypes.append(d)
-                    spans.append(t.data_offsets)
-                    starts.append(t.data_start)
-                    files.append(t.file)
+            if p in SCALE_PARAMS and t.dtype in numpy_dtypes:
+                tensors.append(t)
+                params.append(p)
         if len(tensors) > n:
-            owner_of += [len(owners)] * (len(tensors) - n)
+            per_owner.append(len(tensors) - n)
             owners.append(m.name)
     if r.checkpoint.root is None or not tensors:
         empty = np.zeros(0, np.int64)
         return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
     n = len(tensors)
+    dtypes = [t.dtype for t in tensors]
+    files = [t.file for t in tensors]
     kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
     kind = np.fromiter(map(kinds.__getitem__, dtypes), np.int64, n)
     itemsize = np.array([NUMPY[d].itemsize for d in kinds], dtype=np.int64)[kind]
-    span = np.fromiter(chain.from_iterable(spans), np.int64, 2 * n).reshape(n, 2)
-    begin = np.fromiter(starts, np.int64, n) + span[:, 0]  # TensorInfo.offsets[0]
-    size = span[:, 1] - span[:, 0]
+    begin = np.fromiter([t.data_start + t.data_offsets[0] for t in tensors], np.int64, n)  # TensorInfo.offsets[0]
+    size = np.fromiter([t.data_offsets[1] - t.data_offsets[0] for t in tensors], np.int64, n)  # .nbytes
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize
-    buf, pos = r.checkpoint.read_ranges(files, begin, want)
+    names = list(dict.fromkeys(files))
+    shard = np.fromiter(map({f: i for i, f in enumerate(names)}.__getitem__, files), np.int64, n)
+    begin += _tail_offset(shard, begin, size, want, per_tensor)
+    buf, pos = r.checkpoint.read_ranges(names, shard, begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
     layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module
@@ -151,9 +144,32 @@ def read_scales(r: Resolver) -> ScaleSamples:
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
     param_of = np.fromiter(map(param_ids.__getitem__, params), np.int64, n)
-    owner_at = np.array(owner_of, dtype=np.int64)
+    owner_at = np.repeat(np.arange(len(owners), dtype=np.int64), per_owner)
     siblings = layer_of[owner_at] * len(param_ids) + param_of
     return ScaleSamples(tensors, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
+
+
+def _tail_offset(shard: np.ndarray, begin: np.ndarray, size: np.ndarray, want: np.ndarray,
+                 whole: np.ndarray) -> np.ndarray:
+    """Where in each scale its sample starts: 0 (its head), or ``size - want`` (its tail) for a block
+    scale whose tail touches the next sample in its file, so the two are one read (``read_ranges``
+    joins touching ranges). Files written by safetensors store a dtype's tensors side by side in name
+    order: a run of block scales is sampled tail, head, tail, head (one read per pair); a writer that
+    stores each module's tensors together puts its per-tensor scales right after the block scale
+    (one read for the three). The same bytes per scale either way."""
+    at = shard * (1 << 44) + begin  # the shard in the high bits: a file's ranges never touch another's
+    order = np.arange(len(at)) if (at[1:] >= at[:-1]).all() else np.argsort(at, kind="stable")
+    start, end, part = at[order], at[order] + size[order], ~whole[order]
+    touch = np.zeros(len(at), dtype=bool)
+    touch[:-1] = start[1:] == end[:-1]
+    linked = np.zeros(len(at), dtype=bool)  # a block scale right after another: their chain goes on
+    linked[1:] = touch[:-1] & part[1:] & part[:-1]
+    step = np.arange(len(at))
+    first = np.maximum.accumulate(np.where(linked, 0, step))  # where each one's chain begins
+    tail = part & touch & ((step - first) % 2 == 0)  # a chain's 1st, 3rd, ... (the next takes its head)
+    out = np.zeros(len(at), dtype=np.int64)
+    out[order] = np.where(tail, size[order] - want[order], 0)
+    return out
 
 
 def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count: np.ndarray) -> ScaleColumn:

@@ -1,0 +1,90 @@
+"""The scale samples lint's content rules read (lint/content.py): per-tensor scales whole, each
+block scale's ``BLOCK_SAMPLE`` bytes at its head or its tail, whichever shares one read with a
+neighbour. Checked on ModelOpt's own NVFP4 export (written by safetensors: a dtype's tensors side
+by side in name order) against the bytes safetensors itself returns."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from specguard.lint.content import BLOCK_SAMPLE, _tail_offset, read_scales
+from specguard.resolve import Resolver
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "producers" / "mo_nvfp4"
+
+
+def _stored(name: str) -> bytes:
+    with safe_open(FIXTURE / "model.safetensors", framework="pt") as f:
+        t = f.get_tensor(name)
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+@pytest.fixture(scope="module")
+def samples():
+    Resolver.clear_cache()
+    return read_scales(Resolver.open(FIXTURE))
+
+
+def test_every_sample_is_the_stored_bytes_at_the_head_or_the_tail(samples):
+    seen = {"head": 0, "tail": 0}
+    for col in samples.columns:
+        ends = np.cumsum(col.counts)
+        for i, tensor in enumerate(col.idx.tolist()):
+            t = samples.tensors[tensor]
+            got = col.values[ends[i] - col.counts[i]:ends[i]].astype(np.float32)
+            if col.table is None:  # a wider dtype: per-tensor F32 scales here, read whole
+                assert samples.per_tensor[tensor] and got.tobytes() == _stored(t.name), t.name
+                continue
+            stored = np.frombuffer(_stored(t.name), dtype=np.uint8)
+            n = BLOCK_SAMPLE // stored.itemsize
+            head, tail = col.table[stored[:n]], col.table[stored[-n:]]
+            where = "head" if got.tobytes() == head.tobytes() else "tail"
+            assert got.tobytes() == (head if where == "head" else tail).tobytes(), t.name
+            seen[where] += 1
+    assert seen["head"] and seen["tail"], seen  # adjacent block scales: taken in pairs, tail then head
+
+
+def test_touching_samples_are_read_together(samples, monkeypatch):
+    """Each pair of adjacent block scales is one ``pread`` (the per-tensor F32 scales lie side by
+    side: one more), not one per block scale."""
+    calls = []
+    real = os.pread
+
+    def counted(fd: int, n: int, at: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, at)
+
+    Resolver.clear_cache()
+    r = Resolver.open(FIXTURE)
+    assert r.table  # headers read and classified first: only the sampling's reads are counted
+    monkeypatch.setattr(os, "pread", counted)
+    again = read_scales(r)
+    blocks = int((~again.per_tensor).sum())
+    assert blocks >= 20
+    assert len(calls) <= blocks // 2 + 2, (len(calls), blocks)
+    assert calls.count(2 * BLOCK_SAMPLE) >= blocks // 2 - 1
+
+
+def test_tail_offsets_pair_a_run_of_block_scales():
+    # five block scales of 1,000 bytes side by side, then a gap, then a block scale and the two
+    # per-tensor scales written right after it (a writer that keeps a module's tensors together)
+    begin = np.array([0, 1000, 2000, 3000, 4000, 9000, 10000, 10004])
+    size = np.array([1000] * 6 + [4, 4])
+    want = np.array([64] * 6 + [4, 4])
+    whole = size == want
+    shard = np.zeros(8, dtype=np.int64)
+    got = _tail_offset(shard, begin, size, want, whole)
+    assert got.tolist() == [936, 0, 936, 0, 0, 936, 0, 0]
+    # asked in any order: the same answer per scale
+    order = np.array([7, 3, 0, 5, 1, 6, 4, 2])
+    assert _tail_offset(shard[order], begin[order], size[order], want[order], whole[order]).tolist() \
+        == got[order].tolist()
+    # the same offsets in another shard never touch this one's
+    two = np.array([0, 0, 0, 1, 1, 1, 1, 1])
+    assert _tail_offset(two, begin, size, want, whole).tolist() == [936, 0, 0, 936, 0, 936, 0, 0]
