@@ -512,23 +512,20 @@ class _Group(NamedTuple):
     params: list[Mapping[str, TensorInfo]]  # each module's parameters, in ``modules`` order
 
 
-_LAYOUT_CACHES = ("_cache", "_roles")  # a Layout's memos of ``place`` and ``role``: not settings
-
-
 def _same_layout(a: Layout, b: Layout) -> bool:
     """Two layouts that place every name alike: same family class, same settings."""
-    def settings(x: Layout) -> dict:
-        return {k: v for k, v in vars(x).items() if k not in _LAYOUT_CACHES}
-    return type(a) is type(b) and settings(a) == settings(b)
+    return a.alike_settings(b)
 
 
 def _places_alike(like: Resolver, layout: Layout) -> bool:
     """``layout`` differs from ``like``'s only in its draft layer count, and places every module
     ``like`` stores as it does (same role, kind, runtime prefixes): its grouping holds as it is."""
-    def settings(x: Layout) -> dict:
-        return {k: v for k, v in vars(x).items() if k not in (*_LAYOUT_CACHES, "num_draft_layers")}
     old = like.layout
-    if type(old) is not type(layout) or settings(old) != settings(layout):
+    for k in like._keys:  # answered by ``old`` (its placements are memoized: mostly lookups)
+        old.role(k)
+    if old.alike_but_draft_count(layout):  # none of them read the count: ``layout`` has them as they are
+        return True
+    if not old.alike_settings(layout, draft_count=False):
         return False
     return all(layout.place(k) == old.place(k) and layout.role(k) == old.role(k) for k in like._keys)
 

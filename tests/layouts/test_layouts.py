@@ -288,3 +288,26 @@ def test_constructor_validation():
         GenericLayout(4, 1, "medusa")
     with pytest.raises(ValueError, match=">= 0"):
         GenericLayout(-1)
+
+
+def test_answers_pass_to_a_layout_differing_only_in_draft_count_when_none_read_the_count():
+    """A fix that changes only the draft count (SG301/SG302) re-routes on the answers the layout
+    already has: handed over only when no placement or role read the count, else nothing."""
+    names = ["model.layers.3.mlp.experts.7.gate_proj", "model.layers.61.eh_proj",
+             "model.layers.61.self_attn.q_a_proj", "model.layers.62.mlp.gate", "lm_head"]
+    old = DeepseekV3Layout(61, 1)
+    for name in names:
+        old.place(name), old.role(name)
+    new = DeepseekV3Layout(61, 0)
+    assert old.alike_but_draft_count(new)
+    assert set(old._cache) <= set(new._cache) and set(old._roles) <= set(new._roles)
+    fresh = DeepseekV3Layout(61, 0)
+    assert [(new.place(n), new.role(n)) for n in names] == [(fresh.place(n), fresh.role(n)) for n in names]
+    assert new.num_draft_layers == 0 and list(new.draft_layers) == []
+    assert not old.alike_but_draft_count(DeepseekV3Layout(61, 0, fuse_qkv_a=False))  # another setting
+    # a DSpark draft layer's attn.wkv feeds context_wkv_proj only below the count: its placement reads it
+    dspark = DeepseekV4Layout(43, 3, r.DSPARK)
+    dspark.place("mtp.2.attn.wkv")
+    fewer = DeepseekV4Layout(43, 2, r.DSPARK)
+    assert not dspark.alike_but_draft_count(fewer) and not fewer._cache
+    assert dspark.place("mtp.2.attn.wkv") != fewer.place("mtp.2.attn.wkv")

@@ -31,6 +31,9 @@ ENGINES = (VLLM, SGLANG)
 # reads: one placement per (layer, projection) serves every expert.
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+(?=\.|$)")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
+# a Layout's memos and its record of what they read: not settings (two layouts with the same
+# settings place every name alike)
+LAYOUT_CACHES = ("_cache", "_roles", "_draft_count_reads", "_placed_by_draft_count")
 
 
 @lru_cache(maxsize=1 << 18)  # a lint walks the names several times (grouping, aliases, SG101)
@@ -91,7 +94,11 @@ class Layout:
         if draft_kind is not None and draft_kind not in r.DRAFT_KINDS:
             raise ValueError(f"unknown draft kind {draft_kind!r}; expected one of {r.DRAFT_KINDS}")
         self.num_hidden_layers = num_hidden_layers
-        self.num_draft_layers = num_draft_layers
+        self._num_draft_layers = num_draft_layers
+        # how often the draft count was read, and whether a placement or role read it: a layout that
+        # differs only in that count answers alike for every name placed without reading it (``alike_but_draft_count``)
+        self._draft_count_reads = 0
+        self._placed_by_draft_count = False
         self.draft_kind = r.DraftKind(draft_kind) if draft_kind is not None else None
         self.engine = engine
         self._cache: dict[str, Placement] = {}
@@ -105,6 +112,12 @@ class Layout:
         )
 
     # -- public API -------------------------------------------------------
+
+    @property
+    def num_draft_layers(self) -> int:
+        """How many draft layers the config promises."""
+        self._draft_count_reads += 1
+        return self._num_draft_layers
 
     @property
     def draft_layers(self) -> range:
@@ -122,9 +135,9 @@ class Layout:
         if hit is None:
             generic = _EXPERT_INDEX.sub(".experts.0", module)
             if generic == module:
-                hit = self._place(module)
+                hit = self._placed(module)
             else:
-                g = self._cache.get(generic) or self._place(generic)
+                g = self._cache.get(generic) or self._placed(generic)
                 self._cache[generic] = g
                 hit = Placement(module, g.role, g.kind, g.runtime_prefix, g.runtime_prefixes, g.parameter_prefix)
             self._cache[module] = hit
@@ -140,9 +153,38 @@ class Layout:
         """
         hit = self._roles.get(name)
         if hit is None:
+            reads = self._draft_count_reads
             role = self._runtime_role(name)
+            if self._draft_count_reads != reads:
+                self._placed_by_draft_count = True
             hit = self._roles[name] = role if role is not None else self.place(name).role
         return hit
+
+    def _placed(self, module: str) -> Placement:
+        """``_place``, noting whether the answer read the draft count."""
+        reads = self._draft_count_reads
+        hit = self._place(module)
+        if self._draft_count_reads != reads:  # another thread's read only makes this cautious
+            self._placed_by_draft_count = True
+        return hit
+
+    def alike_settings(self, other: Layout, *, draft_count: bool = True) -> bool:
+        """Same family class and settings (``draft_count=False``: but for the draft count): every name
+        ``place`` and ``role`` answer is a function of these and the name alone."""
+        skip = LAYOUT_CACHES if draft_count else (*LAYOUT_CACHES, "_num_draft_layers")
+        def settings(x: Layout) -> dict:
+            return {k: v for k, v in vars(x).items() if k not in skip}
+        return type(self) is type(other) and settings(self) == settings(other)
+
+    def alike_but_draft_count(self, other: Layout) -> bool:
+        """``other`` is this layout with another draft count and has every placement and role this
+        one has answered so far (copied in): none of those answers read the count, and all else
+        they read (the settings) is the same. False: nothing copied."""
+        if self._placed_by_draft_count or not self.alike_settings(other, draft_count=False):
+            return False
+        other._cache = {**self._cache, **other._cache}
+        other._roles = {**self._roles, **other._roles}
+        return True
 
     def runtime_prefix(self, name: str) -> str:
         """Quant prefix the engine's ``get_quant_method`` sees for a checkpoint module.
