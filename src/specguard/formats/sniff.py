@@ -44,8 +44,10 @@ def sniff_scale_bytes(raw: bytes | np.ndarray) -> Sniff:
 
 
 def sniff_many(raws: Sequence[bytes | np.ndarray]) -> list[Sniff]:
-    """``sniff_scale_bytes`` of each sample: samples of one length are stacked and their
-    percentiles taken in one call (a lint sniffs hundreds of modules: benchmarks/lint_export.py)."""
+    """``sniff_scale_bytes`` of each sample. Everything a sniff reads of a sample is in its
+    histogram of byte values (a lint sniffs hundreds of modules: benchmarks/lint_export.py): the
+    histograms of samples of one length are counted in one call, and the percentiles read off
+    them as ``np.percentile`` computes them (``_percentile_spreads``), no sample sorted."""
     import numpy as np
 
     codes = [np.frombuffer(r, np.uint8) if isinstance(r, bytes | bytearray) else np.asarray(r).view(np.uint8).ravel()
@@ -59,23 +61,53 @@ def sniff_many(raws: Sequence[bytes | np.ndarray]) -> list[Sniff]:
             for i in idx:
                 out[i] = Sniff(None, 0.5, "no bytes", 0)
             continue
-        rows = np.stack([codes[i] for i in idx])
-        signed = np.count_nonzero((rows >= 0x80) & (rows != 0xFF), axis=1).tolist()
-        spreads = np.diff(np.percentile(rows, [1, 99], axis=1), axis=0)[0].tolist()  # row by row, as for one
-        for i, row, sign, spread in zip(idx, rows, signed, spreads, strict=True):
-            out[i] = _decide(row, n, sign, float(spread))
+        # row j's bytes counted at j * 256 + byte: every row's histogram from one bincount
+        rows = np.stack([codes[i] for i in idx]).astype(np.intp)
+        rows += np.arange(0, len(idx) << 8, 256, dtype=np.intp)[:, None]
+        counts = np.bincount(rows.ravel(), minlength=len(idx) << 8).reshape(len(idx), 256)
+        signed = counts[:, 0x80:0xFF].sum(axis=1).tolist()  # sign bit set, 0xFF (E8M0's NaN) apart
+        distinct = np.count_nonzero(counts, axis=1).tolist()
+        top = (255 - np.argmax(counts[:, ::-1] > 0, axis=1)).tolist()
+        spreads = _percentile_spreads(counts, n).tolist()
+        for i, sign, d, t, spread in zip(idx, signed, distinct, top, spreads, strict=True):
+            out[i] = _decide(n, sign, d, t, float(spread))
     return [x for x in out if x is not None]
 
 
-def _decide(b: np.ndarray, n: int, signed: int, spread: float) -> Sniff:
-    if signed:
-        return Sniff(E8M0, 0.99, f"{signed} of {n} bytes have the sign bit set: negative as E4M3 scales", n)
+def _percentile_spreads(counts: np.ndarray, n: int) -> np.ndarray:
+    """``np.diff(np.percentile(rows, [1, 99], axis=1), axis=0)[0]`` from the rows' histograms
+    (``counts``: one row of 256 per sample of ``n`` bytes), with numpy's own arithmetic
+    (numpy/lib/_function_base_impl.py ``_quantile``, method "linear": the virtual index, its
+    neighbours, gamma and ``_lerp``), so the figures are the same to the last bit."""
     import numpy as np
 
+    virtual = (n - 1) * np.true_divide(np.asarray([1, 99]), 100)
+    previous = np.floor(virtual)
+    following = previous + 1
+    above = virtual >= n - 1  # numpy takes the last value (index -1)
+    previous[above], following[above] = -1, -1
+    below = virtual < 0
+    previous[below], following[below] = 0, 0
+    previous_i, following_i = previous.astype(np.intp), following.astype(np.intp)
+    gamma = np.asanyarray(virtual - previous_i, dtype=virtual.dtype).reshape(2, 1)
+    cum = counts.cumsum(axis=1)
+
+    def order_statistic(at: np.ndarray) -> np.ndarray:  # the value at each sorted position, by row
+        at = np.where(at < 0, n + at, at)
+        return (cum[None, :, :] <= at[:, None, None]).sum(axis=2).astype(np.uint8)
+
+    a, b = order_statistic(previous_i), order_statistic(following_i)  # (2, rows), as numpy gathers them
+    diff_b_a = b - a
+    lerp = np.add(a, diff_b_a * gamma)
+    np.subtract(b, diff_b_a * (1 - gamma), out=lerp, where=gamma >= 0.5, casting="unsafe", dtype=type(lerp.dtype))
+    return np.diff(lerp, axis=0)[0]
+
+
+def _decide(n: int, signed: int, distinct: int, top: int, spread: float) -> Sniff:
+    if signed:
+        return Sniff(E8M0, 0.99, f"{signed} of {n} bytes have the sign bit set: negative as E4M3 scales", n)
     p_e8m0 = 1.0 / (1.0 + math.exp((spread - _MIDPOINT) / _SLOPE))
-    counts = np.bincount(b, minlength=256)
-    distinct = int(np.count_nonzero(counts))
-    words = f"{distinct} distinct codes, 1st-99th percentile spread {spread:.0f} codes, max 0x{int(b.max()):02X}"
+    words = f"{distinct} distinct codes, 1st-99th percentile spread {spread:.0f} codes, max 0x{top:02X}"
     if p_e8m0 >= 0.5:
         return Sniff(E8M0, round(p_e8m0, 3), words + " (powers of two)", n)
     return Sniff(E4M3, round(1.0 - p_e8m0, 3), words + " (mantissa in use)", n)
