@@ -39,7 +39,7 @@ from specguard.layouts.registry import draft_kind_for, is_eagle_drafter
 from specguard.layouts.roles import EAGLE, ModuleKind
 from specguard.vocabulary import Vocabulary
 
-_VISIT, _FIRST, _SECOND, _THIRD = attrgetter("scheme", "missing", "params"), itemgetter(0), itemgetter(1), itemgetter(2)
+_SCHEME, _MISSING, _PARAMS = attrgetter("scheme"), attrgetter("missing"), attrgetter("params")
 _AFTER_SEP = itemgetter(1, 2)  # str.partition's separator (empty: absent) and what follows it
 
 
@@ -349,13 +349,12 @@ class Resolver:
         kind, and each module's stored scheme and parameters: what no config changes, shared like
         ``_stored``."""
         hit = self._grouped.get(prefix)
-        if hit is None:
+        if hit is None:  # C-level maps, one field each (45,000 modules in a DeepSeek export)
             mods = list(map(self.table.modules.__getitem__, names))
-            pairs = list(map(_VISIT, mods))  # one visit per module (45,000 in a DeepSeek export)
-            lacking = set(map(_SECOND, pairs))  # experts share one tuple (mostly the empty one: a cheap hash)
+            lacking = set(map(_MISSING, mods))  # experts share one tuple (mostly the empty one: a cheap hash)
             hit = self._grouped[prefix] = _Group(mods, tuple(sorted({p for x in lacking for p in x})),
                                                  self.layout.role(names[0]), self.layout.module_kind(names[0]),
-                                                 list(map(_FIRST, pairs)), list(map(_THIRD, pairs)))
+                                                 list(map(_SCHEME, mods)), list(map(_PARAMS, mods)))
         return hit
 
     def _stored(self, prefix: str, mods: list[Module], stored: list[Scheme],
@@ -407,7 +406,10 @@ class Resolver:
         first = names[0]
         model = self._vllm_model if role.is_draft else None
         shards = self.vllm.fused_shards(prefix, model) if kind == "linear" else ()
-        declared = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
+        claims, key = self._claims, (prefix, kind, shards)
+        declared = claims.get(key)
+        if declared is None:
+            declared = claims[key] = self.declared_config.scheme_for(prefix, kind=kind, shards=shards)
         stored, sniff = self._stored(prefix, mods, schemes, declared.scheme)
         if self.vllm.built_without_quant_config(prefix, kind):  # routers, V3 eh_proj: no config reaches them
             declared = DeclaredScheme(self.declared_config.unquantized, NO_QUANT_CONFIG)
@@ -426,6 +428,18 @@ class Resolver:
             verdict, reason = REFUSED, f"{self.vllm.name} stops at {refusal.stage}: {refusal.raises}"
         return Route(prefix, role, kind, stored, declared, vllm, tuple(names), verdict, reason,
                      missing, unmatched, shards, sniff)
+
+    @functools.cached_property
+    def _claims(self) -> dict[tuple[str, str, tuple[str, ...]], DeclaredScheme]:
+        """The config's claim by (prefix, kind, shards), shared with the re-routes of proposed fixes
+        whose configs declare the same (a claim is a function of the declared config, compared
+        field by field, and its arguments): a fix of the draft count re-asks none."""
+        memos = self._grouped.setdefault("claims", [])
+        hit = next((memo for declared, memo in memos if declared == self.declared_config), None)
+        if hit is None:
+            hit = {}
+            memos.append((self.declared_config, hit))
+        return hit
 
     def _refusal(self, names: list[str]):
         """The engine's refusal that concerns these modules: a start-up one concerns every

@@ -176,9 +176,12 @@ def _missing_for(ctx: LintContext, rt: Built) -> tuple[str, ...]:
     out: set[str] = set()
     for alternatives in want:
         # the modules holding none of the alternatives: those lacking the first, then of them those
-        # lacking the next... (one C-level pass where every module holds the first, the common case)
+        # lacking the next...
         rest = held
         for a in alternatives:
+            if all(map(contains, rest, repeat(a))):  # the common case: one C-level pass, no list
+                rest = []
+                break
             rest = list(compress(rest, map(not_, map(contains, rest, repeat(a)))))
             if not rest:
                 break
