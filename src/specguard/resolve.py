@@ -455,10 +455,13 @@ class Resolver:
         """Exclusion patterns that match the checkpoint name but nothing the engine tests:
         no runtime spelling and, for a fused layer, no shard (the author meant this
         module, the engine will never see it matched)."""
+        hits = self._exclusions_hitting.get(name)
+        if not hits:  # most modules: no entry to test, no spelling to make
+            return ()
         out = []
         spellings = list(self.layout.runtime_prefixes(name))
         v41 = [x for x in (self.vllm.v41_ignore_name(p, self.layout.num_hidden_layers) for p in spellings) if x]
-        for pat in self._exclusions_hitting.get(name, ()):
+        for pat in hits:
             if pat.semantics == FNMATCHCASE and kind != ModuleKind.ROUTED_EXPERTS:
                 continue  # the V4.1 ``ignore`` list is consulted for routed experts only
             engine = v41 if pat.semantics == FNMATCHCASE else spellings
