@@ -398,7 +398,9 @@ class Vllm033:
             if d.stack == "unknown":
                 return not_modelled(d.quant_method)
             return self._plain(d, None, _unquantized_method(kind), "no quantization config")
-        if cls != _class_of(d, model_type, self.platform):
+        # the draft's own class differs only for a DSpark draft (given the target's method): for any
+        # other model ``quant_config_class`` is this very call
+        if model == DSPARK_MODEL and cls != _class_of(d, model_type, self.platform):
             return EngineChoice(Scheme(s.UNKNOWN, reason="draft quant config cannot be built"), "ValueError",
                                 f"the draft is given the target's method ({cls.rsplit('.', 1)[-1]}) over its own "
                                 f"{d.stack} config; from_config raises", cls)
