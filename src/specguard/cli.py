@@ -14,8 +14,14 @@ KeyboardInterrupt inside the import machinery is not always one when it comes ou
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+if __name__ == "__main__" and "--remote" in sys.argv:  # `python -m specguard.cli`: as __main__.py does,
+    from specguard.commands.replay import start  # a replay's one HEAD leaves before the parser imports
+
+    start(sys.argv[1:])
+
+import argparse
 from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__

@@ -13,20 +13,90 @@ keeps nothing. A damaged entry is a miss (cache.py's checksum).
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import os
-import shutil
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import IO, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import IO, Any
 
 VERSION = 1
 # What rich and terminal.py read from the environment to decide widths and colours.
 _RENDER_ENV = ("COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
                "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
 _UNKEYED = frozenset({"func"})  # parsed options that are code, not answers
+# The kept commands' options, as cli.py's parser takes them (tests/test_startup.py checks
+# each against it): flags, and options with one value (None: any value; else the choices).
+_FLAGS = {"inspect": {"--remote", "--json", "--tensors", "--debug"},
+          "route": {"--remote", "--json", "--all", "--debug"},
+          "lint": {"--remote", "--json", "--debug"}}
+_SCOPE: dict[str, tuple[str, ...] | None] = {
+    "--revision": None, "--draft": None, "--draft-method": ("mtp", "dspark", "eagle"),
+    "--platform": ("cuda", "rocm", "cpu"), "--engine": ("vllm-0.33", "vllm-0.32", "sglang-0.5.23", "all"),
+    "--speculative-draft-model-quantization": None,
+}
+_VALUED: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "inspect": {"--revision": None},
+    "route": _SCOPE,
+    "lint": {**_SCOPE, "--format": ("text", "json", "sarif"), "--select": None, "--ignore": None,
+             "--fail-on": ("info", "warning", "error", "never")},
+}
+
+
+def start(argv: list[str]) -> None:
+    """Send a replay's HEAD before anything else imports (checkpoint/plainhead.py): the
+    console script calls this first, with its arguments. Only where the parser will read
+    them as a remote audit of that repo at that revision, beyond doubt; anything else (an
+    abbreviation, an option of another command, a value out of its choices) sends nothing
+    and the command asks as it always did."""
+    audit = _remote_audit(argv)
+    if audit is None or os.path.exists(audit[0]):  # a local path: no repo to ask (_keepable)
+        return
+    import _signal  # type: ignore[import-not-found]  # signal.py imports enum: the C module is loaded
+
+    before = _signal.signal(_signal.SIGINT, _interrupted)  # a connect can wait: Ctrl-C is one line here too
+    try:
+        from specguard.checkpoint.plainhead import send
+
+        send(*audit)
+    finally:
+        _signal.signal(_signal.SIGINT, before)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """Ctrl-C while the HEAD leaves, before the command's own handler: nothing written yet."""
+    try:
+        os.write(2, b"specguard: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+def _remote_audit(argv: list[str]) -> tuple[str, str | None] | None:
+    """(repo id, revision) where ``argv`` is surely a keepable remote audit; else None."""
+    if not argv or argv[0] not in _FLAGS or "--remote" not in argv:
+        return None
+    flags, valued = _FLAGS[argv[0]], _VALUED[argv[0]]
+    source, revision = None, None
+    words = iter(argv[1:])
+    for word in words:
+        if word in flags:
+            continue
+        name, eq, value = word.partition("=")
+        if name in valued:
+            if not eq:
+                value = next(words, "-")
+            choices = valued[name]
+            if value.startswith("-") or (choices is not None and value not in choices) or name == "--draft":
+                return None
+            revision = value if name == "--revision" else revision
+        elif word.startswith("-") or source is not None or not word:
+            return None
+        else:
+            source = word
+    return None if source is None else (source, revision)
 
 
 def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
@@ -86,6 +156,8 @@ def _keepable(args: argparse.Namespace) -> bool:
     """A remote audit of one repo (not of a local path, nor with a separate drafter)."""
     if not getattr(args, "remote", False) or not args.source or getattr(args, "draft", None):
         return False
+    from pathlib import Path
+
     return not Path(args.source).exists()  # a local path wins over a repo id (and a drafter may sit beside it)
 
 
@@ -122,14 +194,17 @@ def _key(args: argparse.Namespace) -> str:
     import json  # for _load, which follows: imported while the server answers  # noqa: F401
 
     from specguard._version import __version__
+    from specguard.checkpoint.kept import sha256_hex
 
     options = sorted((k, repr(v)) for k, v in vars(args).items() if k not in _UNKEYED)
     parts: list[Any] = [VERSION, __version__, _package_files(), options, _import_path(), _rendering()]
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return sha256_hex(repr(parts).encode())[:32]
 
 
 def _package_files() -> list[tuple[str, int, int]]:
     """(path, size, mtime) of every file of the specguard package: its code, plans and data."""
+    from pathlib import Path
+
     root = Path(__file__).resolve().parent.parent
     found: list[tuple[str, int, int]] = []
     stack = [str(root)]
@@ -157,6 +232,8 @@ def _import_path() -> list[tuple[str, int]]:
 
 
 def _rendering() -> list[Any]:
+    import shutil
+
     ttys = [_on_terminal(s) for s in (sys.stdout, sys.stderr)]
     size = tuple(shutil.get_terminal_size((0, 0))) if ttys[0] else None
     return [ttys, size, getattr(sys.stdout, "encoding", None), [(v, os.environ.get(v)) for v in _RENDER_ENV]]
