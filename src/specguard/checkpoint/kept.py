@@ -58,9 +58,13 @@ def _repo_dir(endpoint: str, repo_id: str) -> str | None:
         root = _cache_dir()
     except SpecguardError:
         return None
-    server = sha256_hex(endpoint.encode())[:12]
-    safe_repo = "".join(c if c.isalnum() or c in "_.-" else "--" for c in repo_id)  # re.sub(r"[^\w.-]", "--")
-    return os.path.join(root, "remote", server, safe_repo)
+    return os.path.join(root, "remote", sha256_hex(endpoint.encode())[:12], safe_name(repo_id))
+
+
+def safe_name(repo_id: str) -> str:
+    """The repo id as one folder name: ``re.sub(r"[^\\w.-]", "--", repo_id)`` without re
+    (a str pattern's ``\\w`` is str.isalnum() or "_")."""
+    return "".join(c if c.isalnum() or c in "_.-" else "--" for c in repo_id)
 
 
 def sha256_hex(data: bytes) -> str:
