@@ -28,7 +28,7 @@ def main() -> int:
     """Run `specguard` with sys.argv; the exit code (cli.main's)."""
     import sys
 
-    if "--remote" in sys.argv:  # a replayed audit's one HEAD leaves first, answered while the rest imports
+    if "--remote" in sys.argv:  # a kept remote audit is replayed before the parser imports (ends the process)
         from specguard.commands.replay import start
 
         start(sys.argv[1:])

@@ -22,22 +22,33 @@ from tests.checkpoint.hubserver import HubServer
 from tests.checkpoint.test_remote import _many_shards, hub_env  # noqa: F401  # hub_env: the fixture
 
 # Runs the command as an entry point runs it ("console": the console script; "module":
-# `python -m specguard.cli`) and writes, when the parser's first module (argparse) is
-# imported, the HEADs plainhead.py had sent by then and the modules loaded.
+# `python -m specguard.cli`) and writes, at three moments -- "revision": revision.py starts to
+# import (the first thing after plainhead.py sends), "argparse": the parser's first module
+# starts to import, "exit": the process ends by os._exit (a replay) -- the modules loaded,
+# the HEADs plainhead.py sent and the commits revision.py had looked up by then.
 _PROBE = """
-import json, sys
+import json, os, sys
 out, entry, sys.argv = sys.argv[1], sys.argv[2], ["specguard", *sys.argv[3:]]
+seen = {}
+
+def note(moment):
+    if moment not in seen:
+        head, rev = (sys.modules.get(f"specguard.checkpoint.{m}") for m in ("plainhead", "revision"))
+        seen[moment] = {"sent": [[*k, sock is not None] for k, (_, sock) in getattr(head, "SENT", {}).items()],
+                        "looked_up": [[*k, v] for k, v in getattr(rev, "RESOLVED", {}).items()],
+                        "loaded": sorted(sys.modules)}
+        with open(out, "w") as f:
+            json.dump(seen, f)
 
 class Watch:
     def find_spec(self, name, path=None, target=None):
-        if name == "argparse" and not hasattr(self, "sent"):
-            head = sys.modules.get("specguard.checkpoint.plainhead")
-            self.sent = [[*key, sock is not None] for key, (_, sock) in getattr(head, "SENT", {}).items()]
-            with open(out, "w") as f:
-                json.dump({"sent": self.sent, "loaded": sorted(sys.modules)}, f)
+        if name in ("specguard.checkpoint.revision", "argparse"):
+            note(name.rpartition(".")[2])
         return None
 
 sys.meta_path.insert(0, Watch())
+real_exit = os._exit
+os._exit = lambda code: (note("exit"), real_exit(code))
 if entry == "console":
     from specguard.__main__ import run
     run()
@@ -45,7 +56,7 @@ else:
     import runpy
     runpy.run_module("specguard.cli", run_name="__main__", alter_sys=True)
 """
-# What the HEAD waits for if it leaves after them (~15-25 ms of a replay; benchmarks/remote.py).
+# What the HEAD would wait for if it left after them (~15-25 ms of a replay; benchmarks/remote.py).
 _NOT_BEFORE_THE_HEAD = {"typing", "pathlib", "urllib.parse", "socket", "hashlib", "huggingface_hub", "argparse"}
 
 
@@ -53,6 +64,7 @@ def _probe(tmp_path, entry: str, *argv: str) -> tuple[subprocess.CompletedProces
     (tmp_path / "probe").mkdir(exist_ok=True)
     (tmp_path / "cwd").mkdir(exist_ok=True)  # the first import path: its time is in the kept output's key
     out = tmp_path / "probe" / "probe.json"
+    out.unlink(missing_ok=True)
     r = subprocess.run([sys.executable, "-c", _PROBE, str(out), entry, *argv], capture_output=True, text=True,
                        timeout=120, cwd=tmp_path / "cwd")
     assert "Traceback" not in r.stderr, r.stderr
@@ -60,22 +72,39 @@ def _probe(tmp_path, entry: str, *argv: str) -> tuple[subprocess.CompletedProces
 
 
 @pytest.mark.parametrize("entry", ["console", "module"])
-def test_replay_head_leaves_before_the_parser_imports(hub_env, monkeypatch, entry):  # noqa: F811
-    """A first audit sends nothing ahead (it learns its commit from the index it reads);
-    the second sends its one HEAD before argparse, or anything heavy, is imported, and
-    prints the first's output from that one request."""
+def test_kept_audit_replays_before_the_parser_imports(hub_env, monkeypatch, entry):  # noqa: F811
+    """A first audit sends nothing ahead (it learns its commit from the index it reads).
+    The same words again: the HEAD leaves before anything heavy imports, and the kept output
+    is printed from that one request without the parser ever importing. Other words for
+    the same audit: the commit is looked up before the parser imports, and the command
+    runs on it within that same one HEAD."""
     _many_shards(hub_env / "repo", shards=3)
     with HubServer({"acme/many": hub_env / "repo"}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         first, probed = _probe(hub_env, entry, "inspect", "acme/many", "--remote")
-        assert first.returncode == 0 and probed["sent"] == []
+        assert first.returncode == 0 and probed["argparse"]["sent"] == []
         assert "HEAD" not in [r.method for r in hub.requests]
         hub.reset()
-        again, probed = _probe(hub_env, entry, "inspect", "--remote", "acme/many")
+        again, probed = _probe(hub_env, entry, "inspect", "acme/many", "--remote")
         assert (again.returncode, again.stdout, again.stderr) == (0, first.stdout, first.stderr)
-        assert probed["sent"] == [[hub.endpoint, "acme/many", None, True]]
         assert [r.method for r in hub.requests] == ["HEAD"]
-        assert sorted(_NOT_BEFORE_THE_HEAD & set(probed["loaded"])) == []
+        assert probed["revision"]["sent"] == [[hub.endpoint, "acme/many", None, True]]
+        assert sorted(_NOT_BEFORE_THE_HEAD & set(probed["revision"]["loaded"])) == []
+        assert "argparse" not in probed and "argparse" not in probed["exit"]["loaded"]
+        hub.reset()
+        other, probed = _probe(hub_env, entry, "inspect", "--remote", "acme/many")
+        assert (other.returncode, other.stdout, other.stderr) == (0, first.stdout, first.stderr)
+        assert [r.method for r in hub.requests] == ["HEAD"]
+        assert probed["argparse"]["looked_up"] == [[hub.endpoint, "acme/many", None, [hub.commit, True]]]
+        hub.reset()
+        hub.commit = "d" * 40  # a push: the same words audit the new commit, after the same one HEAD
+        pushed, _ = _probe(hub_env, entry, "inspect", "acme/many", "--remote")
+        assert (pushed.returncode, pushed.stdout) == (0, first.stdout)
+        assert [r.method for r in hub.requests].count("HEAD") == 1 and len(hub.requests) > 1
+        monkeypatch.setenv("SPECGUARD_REMOTE_DEADLINE", "soon")  # bad input: the command's one line, exit 2
+        bad, _ = _probe(hub_env, entry, "inspect", "acme/many", "--remote")
+        assert (bad.returncode, bad.stdout) == (2, "") and bad.stderr.startswith("specguard: error: ")
+        assert len(bad.stderr.splitlines()) == 1
 
 
 def test_a_head_sent_for_another_request_is_not_its_answer(hub_env, monkeypatch, capsys):  # noqa: F811

@@ -37,6 +37,9 @@ INDEX = plainhead.INDEX
 RESOLVED: dict[tuple[str, str, str | None], tuple[str, bool]] = {}
 # (endpoint, repo, revision) -> the commit this process read it at (open_remote).
 READ: dict[tuple[str, str, str | None], str] = {}
+# (endpoint, repo, revision) -> what a plain_only resolve found (None: no answer, the full
+# client's to ask), for the command's own resolve that follows it in the process.
+_AHEAD: dict[tuple[str, str, str | None], tuple[str, bool] | None] = {}
 
 
 def endpoint() -> str:
@@ -53,23 +56,35 @@ def read_at(repo_id: str, revision: str | None) -> tuple[str, str] | None:
     return None if commit is None else (where, commit)
 
 
-def resolve(repo_id: str, revision: str | None,
-            meanwhile: Callable[[], object] | None = None) -> tuple[str, str] | None:
+def resolve(repo_id: str, revision: str | None, meanwhile: Callable[[], object] | None = None,
+            plain_only: bool = False) -> tuple[str, str] | None:
     """(endpoint, commit) of ``revision`` for a repo audited here before (one HEAD; none
     for a commit hash), else None: a first audit learns its commit from the index it reads.
     The open_remote that follows in this process reuses the answer. ``meanwhile``: work
-    that needs no answer, done while the server answers the HEAD (or after it)."""
+    that needs no answer, done while the server answers the HEAD (or after it).
+    ``plain_only`` (commands/replay.py ``start``, before the command): None where the plain
+    lookup has no answer; the next call (the command's) takes this one's answer, or asks
+    the full client at once, without a second plain HEAD."""
     where = endpoint()
+    key = (where, repo_id, revision)
     if revision and COMMIT.match(revision):
         return where, revision
-    if (where, repo_id, revision) not in plainhead.SENT and not kept.seen(where, repo_id):
+    if key in _AHEAD:  # the console script asked before the command (plain_only): once, for this command
+        found = _AHEAD.pop(key)
+    elif key not in plainhead.SENT and not kept.seen(where, repo_id):
         return None
-    found = _plain_lookup(where, repo_id, revision, meanwhile)
+    else:
+        found = _plain_lookup(where, repo_id, revision, meanwhile)
     if found is None:
+        if plain_only:
+            _AHEAD[key] = None
+            return None
         from specguard.checkpoint.remote import lookup
 
         found = lookup(repo_id, revision)
-    RESOLVED[(where, repo_id, revision)] = found
+    if plain_only:
+        _AHEAD[key] = found
+    RESOLVED[key] = found
     return where, found[0]
 
 

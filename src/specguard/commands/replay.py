@@ -4,9 +4,16 @@ same bytes. A second ``inspect``/``route``/``lint --remote`` of a revision then 
 one request that resolves it (none for a commit hash), and neither parsing nor routing.
 
 The key holds everything the output depends on besides the commit: specguard's version and
-the size and time of every file of its package (an edited rule misses), the command's parsed
-options, the import path and each of its folders' times (an engine installed or upgraded
-misses), and what shapes the rendering (a terminal and its size, COLUMNS, colour settings).
+the size and time of every file of its package (an edited rule misses), the command's words
+as typed (the parser, one of those files, makes the same options of them every time; another
+spelling of the same options is another key), the import path and each of its folders'
+times (an engine installed or upgraded misses), and what shapes the rendering (a terminal
+and its size, COLUMNS, colour settings).
+
+The console script replays before it imports its parser (``start``): the HEAD leaves
+first, the key is worked out while the server answers, and a kept answer is printed and
+the process ends; anything else (no entry, a lookup the plain client cannot make) goes on
+to the command, which reuses the commit found.
 Only an answer the command gave in full is kept: an error, Ctrl-C or a reader gone early
 keeps nothing. A damaged entry is a miss (cache.py's checksum).
 """
@@ -27,7 +34,7 @@ VERSION = 1
 # What rich and terminal.py read from the environment to decide widths and colours.
 _RENDER_ENV = ("COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
                "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
-_UNKEYED = frozenset({"func"})  # parsed options that are code, not answers
+_UNKEYED = frozenset({"func", "argv"})  # parsed options that are code, or the words themselves
 # The kept commands' options, as cli.py's parser takes them (tests/test_startup.py checks
 # each against it): flags, and options with one value (None: any value; else the choices).
 _FLAGS = {"inspect": {"--remote", "--json", "--tensors", "--debug"},
@@ -47,23 +54,60 @@ _VALUED: dict[str, dict[str, tuple[str, ...] | None]] = {
 
 
 def start(argv: list[str]) -> None:
-    """Send a replay's HEAD before anything else imports (checkpoint/plainhead.py): the
-    console script calls this first, with its arguments. Only where the parser will read
-    them as a remote audit of that repo at that revision, beyond doubt; anything else (an
-    abbreviation, an option of another command, a value out of its choices) sends nothing
-    and the command asks as it always did."""
+    """Replay a kept remote audit before anything else imports: the console script calls
+    this first, with its arguments. Only where the parser will read them as a remote audit
+    of that repo at that revision, beyond doubt; anything else (an abbreviation, an option
+    of another command, a value out of its choices) returns at once and the command asks
+    as it always did. On a kept answer, prints it and ends the process with its exit code."""
     audit = _remote_audit(argv)
     if audit is None or os.path.exists(audit[0]):  # a local path: no repo to ask (_keepable)
         return
     import _signal  # type: ignore[import-not-found]  # signal.py imports enum: the C module is loaded
 
-    before = _signal.signal(_signal.SIGINT, _interrupted)  # a connect can wait: Ctrl-C is one line here too
+    # A connect can wait: Ctrl-C is one line here too, before the command's own handler.
+    before = _signal.signal(_signal.SIGINT, _interrupted)
     try:
         from specguard.checkpoint.plainhead import send
 
-        send(*audit)
+        send(*audit)  # the HEAD leaves now; the rest happens while the server answers
+        answer = _replay(argv, *audit)
+        if answer is not None:
+            _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # the answer is in: print it all
+            _print_and_exit(answer)
     finally:
         _signal.signal(_signal.SIGINT, before)
+
+
+def _replay(argv: list[str], repo_id: str, revision: str | None) -> tuple[int, list[tuple[bool, str]]] | None:
+    """The kept answer of these words at the commit the HEAD names; None: no entry, or no
+    answer from the plain lookup (the command then asks the full client)."""
+    from specguard.checkpoint.revision import resolve
+    from specguard.errors import SpecguardError
+
+    keyed: list[str] = []  # worked out while the server answers the HEAD
+    try:
+        resolved = resolve(repo_id, revision, lambda: keyed.append(_key(argv)), plain_only=True)
+    except SpecguardError:  # a bad setting: the command says so, in its words
+        return None
+    if resolved is None:
+        return None
+    return _load(_entry(repo_id, *resolved, keyed[0] if keyed else _key(argv)))
+
+
+def _print_and_exit(answer: tuple[int, list[tuple[bool, str]]]) -> None:
+    """Print a kept answer and end the process with its code (usage.exit_now's way, without
+    importing usage and with it argparse: ~8 ms of CPU for nothing)."""
+    code = answer[0]
+    try:
+        for to_stderr, text in answer[1]:
+            (sys.stderr if to_stderr else sys.stdout).write(text)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except BrokenPipeError:  # the reader has all it wanted (``| head``): as cli.main ends it
+        code = 0
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -106,9 +150,9 @@ def run_cached(args: argparse.Namespace, run: Callable[[argparse.Namespace], int
     from specguard.checkpoint.revision import resolve
 
     keyed: list[str] = []  # this audit's key, worked out while the server answers the HEAD
-    resolved = resolve(args.source, args.revision, lambda: keyed.append(_key(args)))
+    resolved = resolve(args.source, args.revision, lambda: keyed.append(_key(_words(args))))
     if resolved is not None:  # None: a first audit, which learns its commit as it reads
-        answer = _load(_entry(args, *resolved, keyed[0] if keyed else None))
+        answer = _load(_entry(args.source, *resolved, keyed[0] if keyed else _key(_words(args))))
         if answer is not None:
             for to_stderr, text in answer[1]:
                 (sys.stderr if to_stderr else sys.stdout).write(text)
@@ -148,7 +192,7 @@ def _audit(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -
     if not out.broken and not err.broken and read is not None:
         import json
 
-        kept.save_checked(_entry(args, *read), json.dumps([code, chunks]).encode())
+        kept.save_checked(_entry(args.source, *read, _key(_words(args))), json.dumps([code, chunks]).encode())
     return code
 
 
@@ -179,25 +223,33 @@ def _load(path: Path | None) -> tuple[int, list[tuple[bool, str]]] | None:
     return None
 
 
-def _entry(args: argparse.Namespace, endpoint: str, commit: str, key: str | None = None) -> Path | None:
-    """Where this audit's output at ``commit`` is kept: beside the commit's headers (cache.py).
-    ``key``: ``_key(args)``, where it was worked out already."""
+def _entry(repo_id: str, endpoint: str, commit: str, key: str) -> Path | None:
+    """Where an audit's output at ``commit`` is kept, by its key (``_key``): beside the
+    commit's headers (cache.py)."""
     from specguard.checkpoint import kept
 
-    snapshot = kept.snapshot_path(endpoint, args.source, commit)
+    snapshot = kept.snapshot_path(endpoint, repo_id, commit)
     if snapshot is None:
         return None
-    return snapshot.parent / "results" / commit / f"{key or _key(args)}.v{VERSION}"
+    return snapshot.parent / "results" / commit / f"{key}.v{VERSION}"
 
 
-def _key(args: argparse.Namespace) -> str:
+def _words(args: argparse.Namespace) -> list[str]:
+    """The words the command was given (cli.py keeps them as ``args.argv``); else its parsed
+    options, for a caller that parsed them itself."""
+    words = getattr(args, "argv", None)
+    if words is not None:
+        return list(words)
+    return [f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k not in _UNKEYED]
+
+
+def _key(words: list[str]) -> str:
     import json  # for _load, which follows: imported while the server answers  # noqa: F401
 
     from specguard._version import __version__
     from specguard.checkpoint.kept import sha256_hex
 
-    options = sorted((k, repr(v)) for k, v in vars(args).items() if k not in _UNKEYED)
-    parts: list[Any] = [VERSION, __version__, _package_files(), options, _import_path(), _rendering()]
+    parts: list[Any] = [VERSION, __version__, _package_files(), words, _import_path(), _rendering()]
     return sha256_hex(repr(parts).encode())[:32]
 
 
@@ -232,10 +284,12 @@ def _import_path() -> list[tuple[str, int]]:
 
 
 def _rendering() -> list[Any]:
-    import shutil
-
     ttys = [_on_terminal(s) for s in (sys.stdout, sys.stderr)]
-    size = tuple(shutil.get_terminal_size((0, 0))) if ttys[0] else None
+    size = None
+    if ttys[0]:  # shutil (bz2, lzma: ~2 ms) only where there is a terminal to measure
+        import shutil
+
+        size = tuple(shutil.get_terminal_size((0, 0)))
     return [ttys, size, getattr(sys.stdout, "encoding", None), [(v, os.environ.get(v)) for v in _RENDER_ENV]]
 
 
