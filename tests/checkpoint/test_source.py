@@ -57,7 +57,8 @@ def test_bytes_read_never_exceeds_the_tensor_data(tmp_path):
     save_file({"a.weight": np.zeros(9, np.float32)}, tmp_path / "model.safetensors")
     ckpt = open_checkpoint(tmp_path)
     ckpt.read_bytes_range("a.weight", 4)
-    ckpt.read_ranges(["model.safetensors"], np.array([0]), np.array([ckpt.tensors["a.weight"].offsets[0]]), np.array([36]))
+    ckpt.read_ranges(["model.safetensors"], np.array([0]), np.array([ckpt.tensors["a.weight"].offsets[0]]),
+                     np.array([36]))
     ckpt.read("a.weight")
     assert ckpt.bytes_read[0] == ckpt.total_bytes == 36
 
@@ -82,7 +83,8 @@ def test_shard_sections_from_the_headers_are_the_tensors_spans(tmp_path):
     assert found.total_bytes == ckpt.total_bytes == 300 * 4 + 5000 * 4 + 7 * 2
     # one range charged page by page in ints (SG402) counts what the array path counts
     ckpt.read_bytes_range("b.weight", 6000)
-    found.read_ranges(["model-1.safetensors"], np.array([0]), np.array([ckpt.tensors["b.weight"].offsets[0]]), np.array([6000]))
+    found.read_ranges(["model-1.safetensors"], np.array([0]), np.array([ckpt.tensors["b.weight"].offsets[0]]),
+                      np.array([6000]))
     assert ckpt.bytes_read[0] == found.bytes_read[0] > 6000
 
 

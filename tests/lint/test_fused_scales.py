@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import warnings
 from pathlib import Path
 
 from specguard.checkpoint.header import read_header
@@ -49,6 +50,8 @@ def test_shards_with_different_global_scales_are_found(tmp_path):
                                           # a non-finite scale is SG401's: its layer is not compared here
                                           "model.layers.1.self_attn.k_proj.weight_scale_2": float("nan"),
                                           "model.layers.1.self_attn.q_proj.weight_scale_2": value * 4})
-    (finding,) = _sg501(d)
+    with warnings.catch_warnings():  # a NaN scale is a finding, not a RuntimeWarning on the user's stderr
+        warnings.simplefilter("error")
+        (finding,) = _sg501(d)
     assert finding.modules == (f"{layer}.qkv_proj",)
     assert "whose shards carry different weight_scale_2" in finding.message

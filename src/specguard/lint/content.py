@@ -177,14 +177,23 @@ def _column(dtype: str, idx: np.ndarray, buf: np.ndarray, pos: np.ndarray, count
     np_dtype = NUMPY[dtype]
     k = np_dtype.itemsize
     counts = count[idx]
-    total = int(counts.sum())
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    # element j of tensor i lies at pos[i] + (j - first[i]) * k: one repeat over all elements
     keep = counts > 0
+    raw = _gather(buf, pos[idx], counts * k)
     if k == 1:  # 8-bit: the codes; each code's float32 from a 256-entry table (the same conversion, once per code)
-        codes = buf[np.arange(total, dtype=np.int64) + np.repeat(pos[idx] - first, counts)]
         table = np.arange(256, dtype=np.uint8).view(np_dtype if dtype != "U8" else np.uint8).astype(np.float32)
-        return ScaleColumn(dtype, codes, idx, counts, first[keep], idx[keep], table=table)
-    byte_at = np.arange(total, dtype=np.int64) * k + np.repeat(pos[idx] - first * k, counts)
-    values = buf[byte_at[:, None] + np.arange(k)].reshape(-1).view(np_dtype).astype(np.float32)  # (total, k) bytes
-    return ScaleColumn(dtype, None, idx, counts, first[keep], idx[keep], wide=values)
+        return ScaleColumn(dtype, raw, idx, counts, first[keep], idx[keep], table=table)
+    return ScaleColumn(dtype, None, idx, counts, first[keep], idx[keep], wide=raw.view(np_dtype).astype(np.float32))
+
+
+def _gather(buf: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """The bytes ``[pos[i], pos[i] + nbytes[i])`` of ``buf``, one range after another."""
+    if len(nbytes) and (nbytes == nbytes[0]).all():  # every block scale's sample, or every scalar: one width
+        # a row per range from a window view of ``buf`` (no copy): one C-level copy of the rows, ~15x
+        # faster than indexing every byte (25,000 block scales on benchmarks/lint.py)
+        width = int(nbytes[0])
+        return np.lib.stride_tricks.sliding_window_view(buf, width)[pos].reshape(-1) if width \
+            else np.zeros(0, dtype=np.uint8)
+    # byte j of range i lies at pos[i] + (j - first[i]): one repeat over all bytes
+    first = np.cumsum(nbytes) - nbytes
+    return buf[np.arange(int(nbytes.sum()), dtype=np.int64) + np.repeat(pos - first, nbytes)]

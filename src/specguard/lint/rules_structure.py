@@ -70,8 +70,9 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     size = np.bincount(group, minlength=len(number))
     finite = np.bincount(group, weights=np.isfinite(value), minlength=len(number)) == size
     low, high = np.full(len(number), np.inf), np.full(len(number), -np.inf)
-    np.minimum.at(low, group, value)
-    np.maximum.at(high, group, value)
+    with np.errstate(invalid="ignore"):  # a NaN scale (SG401's finding) leaves its group out, below
+        np.minimum.at(low, group, value)
+        np.maximum.at(high, group, value)
     keyed = list(number)
     bad = [keyed[i] for i in np.flatnonzero((size > 1) & finite & (high > low * 1.0001)).tolist()]
     if bad:
