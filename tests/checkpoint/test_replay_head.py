@@ -107,6 +107,33 @@ def test_kept_audit_replays_before_the_parser_imports(hub_env, monkeypatch, entr
         assert len(bad.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("module", ["specguard", "specguard.cli"])
+def test_ctrl_c_while_the_replay_waits_for_its_head_is_one_line_and_exit_130(hub_env, monkeypatch, module):  # noqa: F811
+    """Ctrl-C while the early replay waits for its HEAD's answer (before the command's own
+    handler exists): "specguard: interrupted", exit 130, nothing printed from the kept run."""
+    import signal
+    import time
+
+    _many_shards(hub_env / "repo", shards=2)
+    (hub_env / "cwd").mkdir()
+    command = [sys.executable, "-m", module, "inspect", "acme/many", "--remote"]
+    with HubServer({"acme/many": hub_env / "repo"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        subprocess.run(command, capture_output=True, check=True, timeout=120, cwd=hub_env / "cwd")
+        hub.reset()
+        hub.delay = 30.0  # the HEAD's answer waits: the replay is still waiting when Ctrl-C comes
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=hub_env / "cwd")
+        end = time.monotonic() + 60
+        while not hub.requests and time.monotonic() < end:
+            time.sleep(0.02)
+        assert [r.method for r in hub.requests] == ["HEAD"]
+        time.sleep(0.1)  # past the send, into the wait (any moment must give the same answer)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "specguard: interrupted\n")
+
+
 def test_a_head_sent_for_another_request_is_not_its_answer(hub_env, monkeypatch, capsys):  # noqa: F811
     """plainhead.py's HEAD, sent with a token that is no longer the one revision.py would
     send, is dropped: revision.py asks again with its own; the same request is used as is."""

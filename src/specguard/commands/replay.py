@@ -72,7 +72,6 @@ def start(argv: list[str]) -> None:
         send(*audit)  # the HEAD leaves now; the rest happens while the server answers
         answer = _replay(argv, *audit)
         if answer is not None:
-            _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # the answer is in: print it all
             _print_and_exit(answer)
     finally:
         _signal.signal(_signal.SIGINT, before)
@@ -97,8 +96,10 @@ def _replay(argv: list[str], repo_id: str, revision: str | None) -> tuple[int, l
 def _print_and_exit(answer: tuple[int, list[tuple[bool, str]]]) -> None:
     """Print a kept answer and end the process with its code (usage.exit_now's way, without
     importing usage and with it argparse: ~8 ms of CPU for nothing)."""
+    import _signal
+
     code = answer[0]
-    try:
+    try:  # Ctrl-C meanwhile (a reader that does not read): ``_interrupted``
         for to_stderr, text in answer[1]:
             (sys.stderr if to_stderr else sys.stdout).write(text)
         for stream in (sys.stdout, sys.stderr):
@@ -107,6 +108,7 @@ def _print_and_exit(answer: tuple[int, list[tuple[bool, str]]]) -> None:
         code = 0
     except (OSError, ValueError):
         pass
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # all written: a late Ctrl-C cannot change the code
     os._exit(code)
 
 
