@@ -10,7 +10,7 @@ C modules -- no typing, re, urllib.parse, pathlib, socket.py or huggingface_hub
 
 So it does only what it is sure of and leaves the rest to revision.py: it reads
 huggingface_hub's settings from the environment as its constants.py does on import
-(tests/checkpoint/test_remote.py checks each against the library), parses only plain
+(tests/checkpoint/test_replay_head.py checks each against the library), parses only plain
 endpoints and revisions, and sends nothing where in doubt. revision.py then asks
 for the same request through huggingface_hub and urlsplit, and uses the answer only
 if it is exactly the request sent here; otherwise it asks again itself.
@@ -58,12 +58,15 @@ def send(repo_id: str, revision: str | None) -> None:
         head = None if request is None else head_bytes(*request[1:4])
         if request is None or head is None:
             return
-        scheme, netloc = request[:2]
-        host, _, port = netloc.partition(":")
-        sock = connect(scheme, host, int(port or (443 if scheme == "https" else 80)), head, request[4])
-        SENT[(hub[0], repo_id, revision)] = (request, sock)
-    except (OSError, ValueError, SpecguardError):  # sent or not, the command says what is wrong
+    except (OSError, ValueError, SpecguardError):  # nothing sent: the command says what is wrong
         return
+    scheme, netloc = request[:2]
+    host, _, port = netloc.partition(":")
+    try:
+        sock = connect(scheme, host, int(port or (443 if scheme == "https" else 80)), head, request[4])
+    except (OSError, ValueError):  # no name, no route, no handshake
+        sock = None
+    SENT[(hub[0], repo_id, revision)] = (request, sock)  # None: revision.py goes to the full client at once
 
 
 def is_commit(text: str) -> bool:

@@ -107,8 +107,8 @@ def plain_fits(where: str) -> tuple[bool, str | None]:
 
 def _plain_lookup(where: str, repo_id: str, revision: str | None,
                   meanwhile: Callable[[], object] | None = None) -> tuple[str, bool] | None:
-    """(commit, has an index) from one HEAD on a socket of its own (``start``'s, where it
-    sent it); None: ask the full client."""
+    """(commit, has an index) from one HEAD on a socket of its own (plainhead.py ``send``'s,
+    where it sent this very request); None: ask the full client."""
     request = _plain_request(where, repo_id, revision)
     sent, sock = plainhead.SENT.pop((where, repo_id, revision), (None, None))
     if sent is not None and sent != request:  # not the request asked for here: its answer is not this one's
