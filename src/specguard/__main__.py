@@ -26,6 +26,12 @@ signal.signal(signal.SIGINT, _interrupted_while_importing)
 
 def main() -> int:
     """Run `specguard` with sys.argv; the exit code (cli.main's)."""
+    import sys
+
+    if "--remote" in sys.argv:  # a kept remote audit is replayed before the parser imports (ends the process)
+        from specguard.commands.replay import start
+
+        start(sys.argv[1:])
     from specguard.cli import main as cli_main
     from specguard.usage import interrupted
 
@@ -41,9 +47,10 @@ def main() -> int:
 def run() -> None:
     """The console script: ``main()``, then the process ends with its exit code at once
     (usage.exit_now: no interpreter teardown)."""
+    code = main()
     from specguard.usage import exit_now
 
-    exit_now(main())
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,14 @@ KeyboardInterrupt inside the import machinery is not always one when it comes ou
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+if __name__ == "__main__" and "--remote" in sys.argv:  # `python -m specguard.cli`: as __main__.py does,
+    from specguard.commands.replay import start  # a kept remote audit is replayed before the parser imports
+
+    start(sys.argv[1:])
+
+import argparse
 from contextlib import AbstractContextManager, nullcontext
 
 from specguard._version import __version__
@@ -315,6 +321,7 @@ def _run(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except UsageError as e:
         return fail(PROG, e)
+    args.argv = argv  # the words themselves: a remote audit's output is kept by them (commands/replay.py)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:  # a bare `specguard`: what it takes, where errors go
         parser.print_help(sys.stderr)

@@ -5,9 +5,10 @@ its kept output through kept.py without importing the header parser."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from specguard.checkpoint.errors import CheckpointError
     from specguard.checkpoint.header import FileHeader, TensorInfo, read_header
     from specguard.checkpoint.source import Checkpoint, open_checkpoint
