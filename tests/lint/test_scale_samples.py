@@ -88,3 +88,31 @@ def test_tail_offsets_pair_a_run_of_block_scales():
     # the same offsets in another shard never touch this one's
     two = np.array([0, 0, 0, 1, 1, 1, 1, 1])
     assert _tail_offset(two, begin, size, want, whole).tolist() == [936, 0, 0, 936, 0, 936, 0, 0]
+
+
+def test_sibling_outliers_at_float32s_edge_without_warnings(tmp_path):
+    """Experts' global scales near float32's maximum and one far below them: the outlier is named
+    (SG401), and nothing reaches the user's stderr as a numpy RuntimeWarning (the bounds overflow)."""
+    import shutil
+    import struct
+    import warnings
+
+    from specguard.checkpoint.header import read_header
+    from specguard.lint import lint
+
+    d = tmp_path / "edge"
+    shutil.copytree(FIXTURE, d, ignore=shutil.ignore_patterns("expected.json", "vllm.json"))
+    header = read_header(d / "model.safetensors")
+    names = sorted(n for n in header.tensors if ".mlp.experts." in n and n.endswith(".weight_scale_2"))
+    assert len(names) >= 4
+    with open(d / "model.safetensors", "r+b") as f:
+        for name in names:
+            f.seek(header.tensors[name].offsets[0])
+            f.write(struct.pack("<f", 1e30 if name == names[0] else 3e38))
+    Resolver.clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        findings = lint([Resolver.open(d)], select_codes=["SG401"]).findings
+    outliers = [f for f in findings if "differ from their sibling weight_scale_2s" in f.message]
+    assert [len(f.modules) for f in outliers] == [1]
+    assert outliers[0].modules[0].endswith(names[0])

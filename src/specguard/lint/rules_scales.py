@@ -95,17 +95,28 @@ def _outliers(samples: ScaleSamples) -> dict[str, set[int]]:
         ok = samples.per_tensor[col.owners] & np.isfinite(peak) & (peak > 0)
         owners, peak = col.owners[ok], peak[ok]
         kin = samples.siblings[owners]
-        order = np.argsort(kin, kind="stable")  # integer groups: no string keys to build and sort
-        for members in np.split(order, np.flatnonzero(np.diff(kin[order])) + 1):
-            if members.size < 3:
-                continue
-            vals = peak[members]
-            med = float(np.median(vals))
-            far = members[(vals > med * SIBLING_SPREAD) | (vals < med / SIBLING_SPREAD)]
-            if far.size:
-                param = samples.param_names[samples.param_of[owners[members[0]]]]
-                what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
-                out.setdefault(what, set()).update(owners[far].tolist())
+        # sorted by group, then value: every group's median at once (integer groups: no string keys)
+        order = np.lexsort((peak, kin))
+        kin, vals = kin[order], peak[order]
+        starts = np.flatnonzero(np.r_[True, kin[1:] != kin[:-1]]) if len(kin) else np.zeros(0, dtype=np.int64)
+        sizes = np.diff(np.r_[starts, len(kin)])
+        # the middle value, or the float32 mean of the middle two as np.median takes it, halved before the
+        # sum (the same float32, where np.median's sum overflows to inf near float32's maximum and calls
+        # every sibling an outlier); the bounds as ``vals > median * SIBLING_SPREAD`` takes them (float64
+        # products compared as float32)
+        half = np.float32(2)
+        med = vals[starts + (sizes - 1) // 2] / half + vals[starts + sizes // 2] / half
+        wide = med.astype(np.float64)
+        with np.errstate(over="ignore"):  # a median past float32's range / 1e6: no bound above (inf)
+            high, low = (wide * SIBLING_SPREAD).astype(np.float32), (wide / SIBLING_SPREAD).astype(np.float32)
+        big = np.repeat(sizes >= 3, sizes)
+        far = big & ((vals > np.repeat(high, sizes)) | (vals < np.repeat(low, sizes)))
+        for group in np.unique(np.repeat(np.arange(len(sizes)), sizes)[far]).tolist():
+            members = owners[order[starts[group]:starts[group] + sizes[group]]]
+            hit = far[starts[group]:starts[group] + sizes[group]]
+            param = samples.param_names[samples.param_of[members[0]]]
+            what = f"differ from their sibling {param}s by over {SIBLING_SPREAD:g}x"
+            out.setdefault(what, set()).update(members[hit].tolist())
     return out
 
 
