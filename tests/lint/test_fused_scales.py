@@ -55,3 +55,18 @@ def test_shards_with_different_global_scales_are_found(tmp_path):
         (finding,) = _sg501(d)
     assert finding.modules == (f"{layer}.qkv_proj",)
     assert "whose shards carry different weight_scale_2" in finding.message
+
+
+def test_an_experts_gate_and_up_with_different_global_scales_are_found(tmp_path):
+    """vLLM loads an expert's gate_proj and up_proj into one w13 and keeps gate's weight_scale_2
+    (quantization/modelopt.py warns "w1_weight_scale_2 must match w3_weight_scale_2"): HF-named
+    experts are paired as DeepSeek-V4's w1/w3 are."""
+    expert = "model.layers.1.mlp.experts.2"
+    stored = read_header(FIXTURE / "model.safetensors").tensors
+    gate = f"{expert}.gate_proj.weight_scale_2"
+    with open(FIXTURE / "model.safetensors", "rb") as f:
+        f.seek(stored[gate].offsets[0])
+        (value,) = struct.unpack("<f", f.read(4))
+    (finding,) = _sg501(_with_scales(tmp_path / "experts", {f"{expert}.up_proj.weight_scale_2": value * 3}))
+    assert finding.modules == (expert,)
+    assert "whose shards carry different weight_scale_2" in finding.message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain, repeat
-from operator import attrgetter, getitem, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
 
 import numpy as np
 
@@ -15,8 +15,10 @@ from specguard.lint.finding import ERROR, WARNING, Finding
 from specguard.lint.registry import rule
 
 GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
-_W1_OR_W3 = methodcaller("endswith", (".w1", ".w3"))
-_LESS_W = slice(None, -3)
+# the expert projections vLLM's expert mapping loads into one w13 (engines/vllm/loader.py CONVENTIONS:
+# DeepSeek-V4's w1/w3, the HF names gate_proj/up_proj)
+_W13_SHARD = methodcaller("endswith", (".w1", ".w3", ".gate_proj", ".up_proj"))
+_EXPERT = itemgetter(0)  # of str.rpartition("."): the expert module both shards belong to
 
 
 SG501 = rule("SG501", "fused-shards-disagree", ERROR,
@@ -35,8 +37,9 @@ def fused_shards(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
-    """vLLM keeps one global scale per fused layer (the max): shards quantized
-    against different ones lose precision in all but one."""
+    """vLLM keeps one global scale per fused layer (a linear's: the max; a routed expert's w13: w1's,
+    warning "w1_weight_scale_2 must match w3_weight_scale_2", quantization/modelopt.py): shards
+    quantized against different ones lose precision in all but one."""
     experts_kind = ModuleKind.ROUTED_EXPERTS
     routes = ctx.routes(r)
     fused = {n: rt.prefix for rt in routes if len(rt.checkpoint_names) > 1 and rt.kind != experts_kind
@@ -55,8 +58,8 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
     wanted = np.flatnonzero(read & samples.per_tensor & samples.param_in(GLOBAL_SCALES))
     # the fused layer each module's scale joins: its route's, or for w1 and w3 of one expert their w13
     # (route by route: no set of every expert module first, 25,000 on benchmarks/lint.py)
-    shards = list(filter(_W1_OR_W3, chain.from_iterable(experts)))  # C-level maps: 25,000 experts here
-    layer_of = dict(zip(shards, map(getitem, shards, repeat(_LESS_W)), strict=True))  # less ".w1" / ".w3"
+    shards = list(filter(_W13_SHARD, chain.from_iterable(experts)))  # C-level maps: 25,000 experts here
+    layer_of = dict(zip(shards, map(_EXPERT, map(str.rpartition, shards, repeat("."))), strict=True))
     layer_of.update(fused)
     layers = list(map(layer_of.get, samples.modules_of(wanted)))
     at = [j for j, layer in enumerate(layers) if layer is not None]
