@@ -30,6 +30,15 @@ def _with_scales(dest: Path, scales: dict[str, float]) -> Path:
     return dest
 
 
+def _stored_scale(name: str) -> float:
+    """The fixture's stored F32 scalar ``name``."""
+    t = read_header(FIXTURE / "model.safetensors").tensors[name]
+    with open(FIXTURE / "model.safetensors", "rb") as f:
+        f.seek(t.offsets[0])
+        (value,) = struct.unpack("<f", f.read(4))
+    return value
+
+
 def _sg501(d: Path) -> list:
     Resolver.clear_cache()
     return [f for f in lint([Resolver.open(d)]).findings if f.code == "SG501"]
@@ -41,11 +50,7 @@ def test_the_export_as_written_shares_its_global_scales():
 
 def test_shards_with_different_global_scales_are_found(tmp_path):
     layer = "model.layers.0.self_attn"
-    stored = read_header(FIXTURE / "model.safetensors").tensors
-    q = f"{layer}.q_proj.weight_scale_2"
-    with open(FIXTURE / "model.safetensors", "rb") as f:
-        f.seek(stored[q].offsets[0])
-        (value,) = struct.unpack("<f", f.read(4))
+    value = _stored_scale(f"{layer}.q_proj.weight_scale_2")
     d = _with_scales(tmp_path / "differ", {f"{layer}.k_proj.weight_scale_2": value * 2,
                                           # a non-finite scale is SG401's: its layer is not compared here
                                           "model.layers.1.self_attn.k_proj.weight_scale_2": float("nan"),
@@ -62,11 +67,7 @@ def test_an_experts_gate_and_up_with_different_global_scales_are_found(tmp_path)
     (quantization/modelopt.py warns "w1_weight_scale_2 must match w3_weight_scale_2"): HF-named
     experts are paired as DeepSeek-V4's w1/w3 are."""
     expert = "model.layers.1.mlp.experts.2"
-    stored = read_header(FIXTURE / "model.safetensors").tensors
-    gate = f"{expert}.gate_proj.weight_scale_2"
-    with open(FIXTURE / "model.safetensors", "rb") as f:
-        f.seek(stored[gate].offsets[0])
-        (value,) = struct.unpack("<f", f.read(4))
+    value = _stored_scale(f"{expert}.gate_proj.weight_scale_2")
     (finding,) = _sg501(_with_scales(tmp_path / "experts", {f"{expert}.up_proj.weight_scale_2": value * 3}))
     assert finding.modules == (expert,)
     assert "whose shards carry different weight_scale_2" in finding.message
