@@ -106,9 +106,7 @@ class Checkpoint:
         if self.root is None:
             raise CheckpointError(self.name, "tensor bytes are not read from a remote checkpoint")
         begin, length, shard_of = begin.astype(np.int64), length.astype(np.int64), shard_of.astype(np.int64)
-        at = shard_of * (1 << 44) + begin  # (shard, offset) in one int, as ``reach`` below
-        # ranges asked in file order (a shard's tensors in header order) need no sort: a stable sort's identity
-        order = np.arange(len(at)) if (at[1:] >= at[:-1]).all() else np.lexsort((begin, shard_of))
+        order = in_file_order(shard_of, begin)[1]
         shard, start, end = shard_of[order], begin[order], begin[order] + length[order]
         # a run starts where the shard changes or a range begins past every earlier end
         reach = np.maximum.accumulate(shard * (1 << 44) + end)  # shard in the high bits: never spans two
@@ -204,6 +202,16 @@ class Checkpoint:
         _, lo, hi = self._sections
         page, start = keys >> 44, (keys & ((1 << 44) - 1)) * PAGE
         self.bytes_read[0] += int(np.maximum(np.minimum(start + PAGE, hi[page]) - np.maximum(start, lo[page]), 0).sum())
+
+
+def in_file_order(shard_of: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each range's (shard, offset) as one int, the shard in the high bits (ranges of two shards
+    never touch), and the ranges' stable order by it: no sort where they were asked in file
+    order (a shard's tensors in header order)."""
+    import numpy as np
+
+    at = shard_of * (1 << 44) + begin
+    return at, (np.arange(len(at)) if (at[1:] >= at[:-1]).all() else np.argsort(at, kind="stable"))
 
 
 def _page_keys(shard_of: np.ndarray, begin: np.ndarray, length: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from specguard.checkpoint.checkpoint import in_file_order
 from specguard.checkpoint.dtypes import NUMPY
 from specguard.checkpoint.header import TensorInfo
 from specguard.formats.modules import SCALE_PARAMS
@@ -157,8 +158,7 @@ def _tail_offset(shard: np.ndarray, begin: np.ndarray, size: np.ndarray, want: n
     order: a run of block scales is sampled tail, head, tail, head (one read per pair); a writer that
     stores each module's tensors together puts its per-tensor scales right after the block scale
     (one read for the three). The same bytes per scale either way."""
-    at = shard * (1 << 44) + begin  # the shard in the high bits: a file's ranges never touch another's
-    order = np.arange(len(at)) if (at[1:] >= at[:-1]).all() else np.argsort(at, kind="stable")
+    at, order = in_file_order(shard, begin)
     start, end, part = at[order], at[order] + size[order], ~whole[order]
     touch = np.zeros(len(at), dtype=bool)
     touch[:-1] = start[1:] == end[:-1]
