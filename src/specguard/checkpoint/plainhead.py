@@ -83,7 +83,7 @@ def hub_settings() -> tuple[str, bool, str, str] | None:
     env = os.environ
     if _true(env.get("HUGGINGFACE_CO_STAGING")) or _true(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")):
         return None
-    endpoint = (env.get("HF_ENDPOINT") or env.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")).rstrip("/")
+    endpoint = env.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     home = _expand(env.get("HF_HOME", os.path.join(env.get("XDG_CACHE_HOME", _expand("~/.cache")), "huggingface")))
     token_path = _expand(env.get("HF_TOKEN_PATH", os.path.join(home, "token")))
     stored = os.path.join(os.path.dirname(token_path), "stored_tokens")
