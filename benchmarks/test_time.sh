@@ -11,9 +11,12 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-$(mktemp -d)/specguard}"
 git clone -q "$repo" "$clone"
-# uv's download cache and torch's compile cache start empty, as on a fresh machine (removed afterwards)
+# uv's download cache, torch's compile cache and the XDG caches (vLLM's model-info cache,
+# matplotlib's font list, huggingface_hub's) start empty, as on a fresh machine (removed afterwards).
+# chromium, where installed, stays: test.sh installs it only where it is missing.
 fresh="$(mktemp -d)"
-export UV_CACHE_DIR="$fresh/uv" TORCHINDUCTOR_CACHE_DIR="$fresh/inductor"
+export UV_CACHE_DIR="$fresh/uv" TORCHINDUCTOR_CACHE_DIR="$fresh/inductor" XDG_CACHE_HOME="$fresh/cache" \
+  VLLM_CACHE_ROOT="$fresh/cache/vllm" MPLCONFIGDIR="$fresh/matplotlib"
 trap 'rm -rf "$fresh"' EXIT
 cd "$clone"
 log="$(mktemp)"

@@ -154,9 +154,12 @@ def _overrides(scenarios, name: str, capsys: pytest.CaptureFixture[str]) -> dict
 def _with_overrides(path: Path, speculative: dict, overrides: dict) -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
+    from specguard.engines.vllm.recorder import inspect_in_process
+
     args = EngineArgs(model=str(path), skip_tokenizer_init=True, speculative_config=speculative,
                       hf_overrides=overrides)
-    cfg = args.create_engine_config()
+    with inspect_in_process():  # as H.engine_config does
+        cfg = args.create_engine_config()
     H.init_single_rank(cfg)
     return cfg
 

@@ -7,7 +7,9 @@ NVIDIA ``DeepseekV4MoE`` / ``ReplicatedLinear`` layers, which call
 ``get_quant_method`` exactly as they do when serving.
 
 What is bent to make that possible on CPU is listed in ``cpu_kernel_checks_off``:
-only kernel-availability checks, never a routing decision; no kernel runs.
+only kernel-availability checks, never a routing decision; no kernel runs. The
+registry's model-class inspection runs in this process, not a fresh interpreter
+(``engine_config``): the same model info, without a second ``import vllm``.
 """
 
 from __future__ import annotations
@@ -34,11 +36,15 @@ def set_cpu_env() -> None:
 
 
 def engine_config(model: str, speculative: dict | None = None) -> Any:
-    """The VllmConfig ``vllm serve MODEL --speculative-config ...`` would build."""
+    """The VllmConfig ``vllm serve MODEL --speculative-config ...`` would build (the model
+    classes inspected in this process, as the plan recorder does: there is no CUDA to keep out)."""
     from vllm.engine.arg_utils import EngineArgs
 
+    from specguard.engines.vllm.recorder import inspect_in_process
+
     args = EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative)
-    return args.create_engine_config()
+    with inspect_in_process():
+        return args.create_engine_config()
 
 
 @contextmanager
