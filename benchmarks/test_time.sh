@@ -11,12 +11,12 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-$(mktemp -d)/specguard}"
 git clone -q "$repo" "$clone"
-# uv's download cache, torch's compile cache and the XDG caches (vLLM's model-info cache,
-# matplotlib's font list, huggingface_hub's) start empty, as on a fresh machine (removed afterwards).
-# chromium, where installed, stays: test.sh installs it only where it is missing.
+# uv's download cache, torch's compile cache, vLLM's model-info cache and matplotlib's font list
+# start empty, as on a fresh machine (removed afterwards). chromium, where installed, stays:
+# test.sh installs it only where it is missing.
 fresh="$(mktemp -d)"
-export UV_CACHE_DIR="$fresh/uv" TORCHINDUCTOR_CACHE_DIR="$fresh/inductor" XDG_CACHE_HOME="$fresh/cache" \
-  VLLM_CACHE_ROOT="$fresh/cache/vllm" MPLCONFIGDIR="$fresh/matplotlib"
+export UV_CACHE_DIR="$fresh/uv" TORCHINDUCTOR_CACHE_DIR="$fresh/inductor" VLLM_CACHE_ROOT="$fresh/vllm" \
+  MPLCONFIGDIR="$fresh/matplotlib"
 trap 'rm -rf "$fresh"' EXIT
 cd "$clone"
 log="$(mktemp)"
@@ -26,7 +26,7 @@ CI=true /usr/bin/time -f '%e %U %S' -o "$stats" bash .ci/run >"$log" 2>&1
 status=$?
 grep -E '^\[test\.sh |^[0-9]+ (passed|failed)|passed|failed' "$log" | grep -vE '^(FAILED|ERROR) ' | tail -n 40
 grep -E '^(FAILED|ERROR) ' "$log" | head -20
-read -r wall user sys <"$stats"
+read -r wall user sys < <(tail -n 1 "$stats")  # time adds a line before it on a failure
 awk -v w="$wall" -v u="$user" -v s="$sys" -v l="$(cut -d' ' -f1-3 /proc/loadavg)" 'BEGIN {
   printf "whole run: %.0f s wall (%d min %02d s), %.0f CPU s (user %.0f + system %.0f); load after: %s\n",
          w, w / 60, w % 60, u + s, u, s, l
