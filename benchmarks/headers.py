@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, machine, take_turns
+from synth import bench_checkpoint, machine, paired, take_turns
 
 from specguard.checkpoint import open_checkpoint
 
@@ -62,10 +62,11 @@ def main() -> None:
     print(machine())
     root, args = bench_checkpoint(__doc__, repeat=5)
     cpu: dict[str, float] = {}
+    turns: dict[str, list[float]] = {}
     best, counted = take_turns({
         "floor (read + json.loads)": floor, "safetensors safe_open": with_safetensors,
         "huggingface_hub local metadata": with_hf_hub, "specguard header pass": with_specguard,
-    }, root, args.repeat, cpu)
+    }, root, args.repeat, cpu, turns)
     counts = set(counted.values())
     assert len(counts) == 1, f"readers disagree on the tensor count: {counted}"
     shards = len(list(root.glob("*.safetensors")))
@@ -81,6 +82,9 @@ def main() -> None:
         print(f"  {clock} specguard / floor = {ours / base:.2f} (goal <= 1.2); "
               f"specguard / safe_open = {ours / times['safetensors safe_open']:.2f} (goal <= 1); "
               f"specguard / fastest peer = {ours / fastest:.2f}")
+    ours_turns = turns["specguard header pass"]
+    print(f"  CPU turn by turn: specguard / floor = {paired(ours_turns, turns[floor_label])}; "
+          f"specguard / safe_open = {paired(ours_turns, turns['safetensors safe_open'])}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import bench_checkpoint, machine, take_turns
+from synth import bench_checkpoint, machine, paired, take_turns
 
 from specguard.checkpoint import open_checkpoint
 from specguard.formats import classify
@@ -34,7 +34,8 @@ def main() -> None:
     print(machine())
     root, args = bench_checkpoint(__doc__)
     cpu: dict[str, float] = {}
-    best, results = take_turns({"inspect": inspect_pass, "lint": lint_pass}, root, args.repeat, cpu)
+    turns: dict[str, list[float]] = {}
+    best, results = take_turns({"inspect": inspect_pass, "lint": lint_pass}, root, args.repeat, cpu, turns)
     result = results["lint"]
     ins, lnt = best["inspect"], best["lint"]
     print(f"checkpoint: {len(open_checkpoint(root).tensors):,} tensors, {result.checkpoint_bytes / 1e12:.2f} TB "
@@ -44,6 +45,7 @@ def main() -> None:
     print(f"lint / inspect = {lnt / ins:.2f} (goal <= 2)")
     print(f"CPU: inspect {cpu['inspect'] * 1000:.1f} ms, lint {cpu['lint'] * 1000:.1f} ms, "
           f"lint / inspect = {cpu['lint'] / cpu['inspect']:.2f}")
+    print(f"CPU turn by turn: lint / inspect = {paired(turns['lint'], turns['inspect'])}")
     for code, n in result.bytes_by_rule.items():
         if RULES[code].reads_bytes:
             print(f"  {code} read {n:,} bytes")

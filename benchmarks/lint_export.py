@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "scripts"))
 from published_sparse import build  # noqa: E402
+from synth import paired  # noqa: E402
 
 from specguard.checkpoint import open_checkpoint  # noqa: E402
 from specguard.formats import classify  # noqa: E402
@@ -45,9 +46,9 @@ def sg101_pass(root: Path) -> object:
     return lint([Resolver(open_checkpoint(root))], select_codes=("SG101",))
 
 
-def turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> tuple[dict, dict, dict]:
-    """Best wall time, best CPU time (this process: a shared machine's load does not count)
-    and last result of each pass, taking turns so noise hits all alike."""
+def turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> tuple[dict, dict, dict, dict]:
+    """Best wall time, best CPU time (this process: a shared machine's load does not count),
+    last result and every turn's CPU time of each pass, taking turns so noise hits all alike."""
     wall: dict[str, list[float]] = {k: [] for k in fns}
     cpu: dict[str, list[float]] = {k: [] for k in fns}
     results: dict[str, object] = {}
@@ -57,7 +58,7 @@ def turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> 
             results[label] = fn(root)
             wall[label].append(time.perf_counter() - t)
             cpu[label].append(time.process_time() - c)
-    return {k: min(v) for k, v in wall.items()}, {k: min(v) for k, v in cpu.items()}, results
+    return {k: min(v) for k, v in wall.items()}, {k: min(v) for k, v in cpu.items()}, results, cpu
 
 
 def checkpoint() -> Path:
@@ -74,7 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     root = checkpoint()
     fns = {"inspect": inspect_pass, "lint": lint_pass, "sg101": sg101_pass}
-    best, cpu, results = turns(fns, root, args.repeat)
+    best, cpu, results, per_turn = turns(fns, root, args.repeat)
     r = Resolver(open_checkpoint(root))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU(s) (load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}), Python {platform.python_version()}")
@@ -88,6 +89,7 @@ def main() -> None:
     print(f"lint / inspect = {lnt / ins:.2f} (goal <= 2)")
     print(f"CPU time: inspect {cpu['inspect'] * 1000:.1f} ms, lint {cpu['lint'] * 1000:.1f} ms, "
           f"SG101 alone {cpu['sg101'] * 1000:.1f} ms; lint / inspect = {cpu['lint'] / cpu['inspect']:.2f}")
+    print(f"CPU turn by turn: lint / inspect = {paired(per_turn['lint'], per_turn['inspect'])}")
 
 
 if __name__ == "__main__":

@@ -133,11 +133,13 @@ def bench_checkpoint(doc: str | None = None, repeat: int = 3) -> tuple[Path, arg
 
 def take_turns(
     fns: dict[str, Callable[[Path], object]], root: Path, repeat: int, cpu: dict[str, float] | None = None,
+    cpu_turns: dict[str, list[float]] | None = None,
 ) -> tuple[dict, dict]:
     """Best time and last result of each function, taking turns so machine noise hits all alike.
 
     ``cpu``, when given, receives each function's best CPU time (this process's user +
-    system): on a shared machine wall time also counts the waits for other processes."""
+    system): on a shared machine wall time also counts the waits for other processes.
+    ``cpu_turns``, when given, receives every turn's CPU time per function (``paired``)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     cpus: dict[str, list[float]] = {k: [] for k in fns}
     results: dict[str, object] = {}
@@ -149,7 +151,22 @@ def take_turns(
             cpus[label].append(time.process_time() - c)
     if cpu is not None:
         cpu.update({k: min(v) for k, v in cpus.items()})
+    if cpu_turns is not None:
+        cpu_turns.update(cpus)
     return {k: min(v) for k, v in times.items()}, results
+
+
+def paired(ours: list[float], base: list[float]) -> str:
+    """The ratio ours / base turn by turn (the two ran back to back), as its median and range.
+
+    The best of each alone can come from different moments: on these VMs a phase of
+    seconds runs everything 1.5x faster or slower, and one lucky turn of the yardstick
+    then moves the ratio of bests by 0.2-0.8 (benchmarks/results/headers.txt). A turn's
+    pair shares its moment."""
+    ratios = sorted(a / b for a, b in zip(ours, base, strict=True))
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return f"{median:.2f} (median of {len(ratios)} turns; {ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def machine() -> str:
