@@ -16,15 +16,13 @@ import argparse
 import os
 import platform
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "scripts"))
 from published_sparse import build  # noqa: E402
-from synth import paired  # noqa: E402
+from synth import paired, take_turns  # noqa: E402
 
 from specguard.checkpoint import open_checkpoint  # noqa: E402
 from specguard.formats import classify  # noqa: E402
@@ -46,21 +44,6 @@ def sg101_pass(root: Path) -> object:
     return lint([Resolver(open_checkpoint(root))], select_codes=("SG101",))
 
 
-def turns(fns: dict[str, Callable[[Path], object]], root: Path, repeat: int) -> tuple[dict, dict, dict, dict]:
-    """Best wall time, best CPU time (this process: a shared machine's load does not count),
-    last result and every turn's CPU time of each pass, taking turns so noise hits all alike."""
-    wall: dict[str, list[float]] = {k: [] for k in fns}
-    cpu: dict[str, list[float]] = {k: [] for k in fns}
-    results: dict[str, object] = {}
-    for _ in range(repeat):
-        for label, fn in fns.items():
-            c, t = time.process_time(), time.perf_counter()
-            results[label] = fn(root)
-            wall[label].append(time.perf_counter() - t)
-            cpu[label].append(time.process_time() - c)
-    return {k: min(v) for k, v in wall.items()}, {k: min(v) for k, v in cpu.items()}, results, cpu
-
-
 def checkpoint() -> Path:
     root = Path(os.environ.get("SPECGUARD_BENCH_DIR", "/tmp/specguard-bench")) / MODEL
     if not (root / ".complete").exists():
@@ -75,7 +58,9 @@ def main() -> None:
     args = ap.parse_args()
     root = checkpoint()
     fns = {"inspect": inspect_pass, "lint": lint_pass, "sg101": sg101_pass}
-    best, cpu, results, per_turn = turns(fns, root, args.repeat)
+    cpu: dict[str, float] = {}
+    per_turn: dict[str, list[float]] = {}
+    best, results = take_turns(fns, root, args.repeat, cpu, per_turn)
     r = Resolver(open_checkpoint(root))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU(s) (load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}), Python {platform.python_version()}")

@@ -152,14 +152,7 @@ def _overrides(scenarios, name: str, capsys: pytest.CaptureFixture[str]) -> dict
 
 
 def _with_overrides(path: Path, speculative: dict, overrides: dict) -> Any:
-    from vllm.engine.arg_utils import EngineArgs
-
-    from specguard.engines.vllm.recorder import inspect_in_process
-
-    args = EngineArgs(model=str(path), skip_tokenizer_init=True, speculative_config=speculative,
-                      hf_overrides=overrides)
-    with inspect_in_process():  # as H.engine_config does
-        cfg = args.create_engine_config()
+    cfg = H.engine_config(str(path), speculative, hf_overrides=overrides)
     H.init_single_rank(cfg)
     return cfg
 

@@ -35,14 +35,15 @@ def set_cpu_env() -> None:
         os.environ[key] = value
 
 
-def engine_config(model: str, speculative: dict | None = None) -> Any:
-    """The VllmConfig ``vllm serve MODEL --speculative-config ...`` would build (the model
-    classes inspected in this process, as the plan recorder does: there is no CUDA to keep out)."""
+def engine_config(model: str, speculative: dict | None = None, **engine_args: Any) -> Any:
+    """The VllmConfig ``vllm serve MODEL --speculative-config ...`` would build, with any other
+    ``EngineArgs`` given (the model classes inspected in this process, as the plan recorder does:
+    there is no CUDA to keep out)."""
     from vllm.engine.arg_utils import EngineArgs
 
     from specguard.engines.vllm.recorder import inspect_in_process
 
-    args = EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative)
+    args = EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative, **engine_args)
     with inspect_in_process():
         return args.create_engine_config()
 

@@ -23,16 +23,10 @@ SPEC = {"method": "mtp", "num_speculative_tokens": 3}
 
 
 def vllm_config(model: str, served_name: str | None = None, speculative: dict | None = SPEC) -> Any:
-    """The VllmConfig ``vllm serve MODEL --served-model-name NAME --speculative-config ...`` builds
-    (model classes inspected in this process, as tests/integrations/vllm_harness.py does)."""
-    from vllm.engine.arg_utils import EngineArgs
+    """The VllmConfig ``vllm serve MODEL --served-model-name NAME --speculative-config ...`` builds."""
+    from tests.integrations.vllm_harness import engine_config
 
-    from specguard.engines.vllm.recorder import inspect_in_process
-
-    args = EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative,
-                      served_model_name=served_name)
-    with inspect_in_process():
-        return args.create_engine_config()
+    return engine_config(model, speculative, served_model_name=served_name)
 
 
 class VllmMetrics:
