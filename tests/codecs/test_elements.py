@@ -104,3 +104,12 @@ def test_cast_e4m3_saturates_and_matches_torch() -> None:
     np.testing.assert_array_equal(ours, th.numpy())
     assert C.cast_e4m3(np.float32([1e9, -1e9, 449.0])).astype(np.float32).tolist() == [
         448.0, -448.0, 448.0]
+
+
+def test_whole_byte_dtypes_are_those_numpy_reads() -> None:
+    """The scale sampler's pick (formats/table.py) reads only dtypes with a numpy element type, and
+    each one's width is the bit width the header pass uses."""
+    from specguard.checkpoint import dtypes
+
+    assert set(dtypes.NUMPY) == dtypes.WHOLE_BYTES
+    assert all(dtypes.NUMPY[d].itemsize * 8 == dtypes.BITS[d] for d in dtypes.WHOLE_BYTES)

@@ -23,6 +23,8 @@ BITS: dict[str, int] = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
+# The dtypes with a numpy element type (``NUMPY``'s keys): all but the sub-byte ones.
+WHOLE_BYTES = frozenset(d for d, bits in BITS.items() if bits % 8 == 0)
 FLOAT8 = frozenset({"F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 FLOAT_HIGH = frozenset({"F16", "BF16", "F32", "F64"})
 

@@ -37,8 +37,9 @@ WEIGHT_PARTS = frozenset({
 # torchao through transformers 5: a tensor subclass flattened to
 # ``<module>._weight_<inner>`` (``_weight_qdata``, ``_weight_scale``, ...).
 TORCHAO_PREFIX = "_weight_"
-# The scale tensors among them (the one list; formats/classify.py, formats/settle.py
-# and lint/content.py read these): every float multiplier of a quantized weight.
+# The scale tensors among them (the one list; formats/classify.py, formats/settle.py and
+# formats/table.py, which notes each module's for lint/content.py, read these): every
+# float multiplier of a quantized weight.
 SCALE_PARAMS = frozenset({
     "weight_scale", "weight_scale_inv", "scale", "scales", "weight_scale_2", "input_scale",
     "weight_global_scale", "input_global_scale",

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import msgspec
 
+from specguard.checkpoint.dtypes import WHOLE_BYTES
 from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, gc_paused
 from specguard.formats.classify import Classified, classify_params
-from specguard.formats.modules import group_params
+from specguard.formats.modules import SCALE_PARAMS, group_params
 from specguard.formats.scheme import Scheme
 
 
@@ -25,6 +26,7 @@ class Module(msgspec.Struct, frozen=True, gc=False):
     params: Mapping[str, TensorInfo]
     scheme: Scheme
     missing: tuple[str, ...] = ()  # tensors the stored scheme needs but the disk lacks
+    scales: tuple[str, ...] = ()  # suffixes of its scale tensors numpy can read (lint/content.py samples them)
 
     @property
     def nbytes(self) -> int:
@@ -63,13 +65,20 @@ def classify(checkpoint: Checkpoint) -> ModuleTable:
 
 def _classify(checkpoint: Checkpoint) -> ModuleTable:
     modules: dict[str, Module] = {}
-    seen: dict[tuple, Classified] = {}
+    seen: dict[tuple, tuple[Classified, tuple[str, ...]]] = {}
     for name, params in group_params(checkpoint.tensors.values()).items():
         # Classification reads only suffixes, dtypes and shapes: the 256 experts of
-        # a layer share one answer, so classify each distinct signature once.
+        # a layer share one answer, so classify each distinct signature once (and
+        # pick its scale tensors once: the lint's sampler then visits no other).
         key = tuple([(p, t.dtype, t.shape) for p, t in params.items()])
-        c = seen.get(key)
-        if c is None:
-            c = seen[key] = classify_params(params)
-        modules[name] = Module(name, params, c.scheme, c.missing)
+        known = seen.get(key)
+        if known is None:
+            known = seen[key] = (classify_params(params), _scales(key))
+        c, scales = known
+        modules[name] = Module(name, params, c.scheme, c.missing, scales)
     return ModuleTable(checkpoint, modules)
+
+
+def _scales(signature: tuple) -> tuple[str, ...]:
+    """The scale tensors of a module with this signature that numpy reads (not sub-byte)."""
+    return tuple(p for p, dtype, _ in signature if p in SCALE_PARAMS and dtype in WHOLE_BYTES)

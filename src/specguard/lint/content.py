@@ -20,7 +20,6 @@ import numpy as np
 from specguard.checkpoint.checkpoint import in_file_order
 from specguard.checkpoint.dtypes import NUMPY
 from specguard.checkpoint.header import TensorInfo
-from specguard.formats.modules import SCALE_PARAMS
 from specguard.resolve import Resolver
 
 PER_TENSOR_MAX = 64  # elements: per-tensor / per-expert scales are read whole
@@ -106,20 +105,12 @@ class ScaleSamples:
 
 def read_scales(r: Resolver) -> ScaleSamples:
     """Every scale tensor's bytes: whole for per-tensor scales, ``BLOCK_SAMPLE`` bytes of each block scale."""
-    tensors: list[TensorInfo] = []
-    params: list[str] = []
-    owners: list[str] = []  # each module with a scale, once
-    per_owner: list[int] = []  # its scales
-    numpy_dtypes = NUMPY
-    for m in r.table:  # one append per scale: its fields are read below, a C-level pass each
-        n = len(tensors)
-        for p, t in m.params.items():
-            if p in SCALE_PARAMS and t.dtype in numpy_dtypes:
-                tensors.append(t)
-                params.append(p)
-        if len(tensors) > n:
-            per_owner.append(len(tensors) - n)
-            owners.append(m.name)
+    # the modules with a scale (classify picked each signature's, formats/table.py): a C-level pass each
+    mods = [m for m in r.table if m.scales]
+    owners = [m.name for m in mods]  # each module with a scale, once
+    per_owner = [len(m.scales) for m in mods]  # its scales
+    params = [p for m in mods for p in m.scales]
+    tensors: list[TensorInfo] = [m.params[p] for m in mods for p in m.scales]
     if r.checkpoint.root is None or not tensors:
         empty = np.zeros(0, np.int64)
         return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
