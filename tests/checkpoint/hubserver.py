@@ -29,6 +29,7 @@ from typing import NamedTuple
 COMMIT = "c" * 40
 _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+POLL = 0.01  # seconds between serve_forever's checks for shutdown() (its default: 0.5)
 
 
 class Answer(NamedTuple):
@@ -81,7 +82,9 @@ class HubServer:
         if tls is not None:  # HTTPS: each connection's handshake happens in its handler thread
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: its default 0.5 s, paid by every test that
+        # closes a server (~30 s of test_remote.py's wall time), is 0.01 s here
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(POLL,), daemon=True)
 
     def __enter__(self) -> HubServer:
         self.thread.start()
@@ -231,7 +234,7 @@ def main() -> None:
     repos = {r.split("=", 1)[0]: Path(r.split("=", 1)[1]) for r in args.repo}
     server = HubServer(repos, delay=args.delay, port=args.port)
     print(server.endpoint, flush=True)
-    server.httpd.serve_forever()
+    server.httpd.serve_forever()  # (ended by a signal: no shutdown() to wait for)
 
 
 if __name__ == "__main__":

@@ -543,7 +543,7 @@ def test_a_server_that_does_not_speak_http() -> None:
             self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
 
     with socketserver.TCPServer(("127.0.0.1", 0), Garbage) as srv:
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True).start()  # quick shutdown()
         try:
             with pytest.raises(NotPrometheus, match="did not answer in HTTP"):
                 scrape(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout=5)

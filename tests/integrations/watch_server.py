@@ -86,7 +86,8 @@ class MetricsServer:
     def __init__(self, port: int = 0) -> None:
         self.answer: Callable[[], tuple[str, str, bytes]] = lambda: ("200 OK", pc.CONTENT_TYPE_LATEST, b"")
         self._server: WSGIServer = make_server("127.0.0.1", port, self._app, handler_class=_Quiet)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # close() waits for serve_forever's next poll (default 0.5 s, per server): 0.01 s here
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True)
         self._thread.start()
 
     def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
