@@ -147,6 +147,9 @@ def _child(job: dict[str, Any], set_by_vllm: dict[str, str]) -> None:
         traceback.print_exc()
     finally:
         try:
+            import atexit
+
+            atexit._run_exitfuncs()  # as a process's own exit would (the recorders' gloo stores: removed)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -240,6 +240,8 @@ def _published_topology() -> None:
     ``published_topology``, restated: importing that module needs the ``datasets`` package)."""
     if _TOPOLOGY:
         return
+    import atexit
+    import shutil
     import tempfile
 
     from sglang.srt.distributed import parallel_state
@@ -249,7 +251,8 @@ def _published_topology() -> None:
     reset_context()
     args = ServerArgs(model_path="dummy", device="cpu")
     publish(args, role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
-    init = tempfile.mkdtemp(prefix="sglang-gloo-")
+    init = tempfile.mkdtemp(prefix="sglang-gloo-")  # gloo's file store, for the process's life
+    atexit.register(shutil.rmtree, init, ignore_errors=True)
     parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                                 distributed_init_method=f"file://{init}/store")
     parallel_state.initialize_model_parallel(backend="gloo")

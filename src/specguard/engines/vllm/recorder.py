@@ -26,10 +26,12 @@ transformers class they extend. Nothing that decides a prefix or a class is touc
 from __future__ import annotations
 
 import ast
+import atexit
 import inspect
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -565,7 +567,8 @@ def _single_rank(vllm_config: Any) -> None:
         with set_current_vllm_config(vllm_config):
             ensure_model_parallel_initialized(1, 1)
         return
-    store = tempfile.mkdtemp(prefix="specguard-gloo-")
+    store = tempfile.mkdtemp(prefix="specguard-gloo-")  # gloo's file store, for the process's life
+    atexit.register(shutil.rmtree, store, ignore_errors=True)
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{store}/store", backend="gloo")
