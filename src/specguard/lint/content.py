@@ -142,8 +142,9 @@ def read_scales(r: Resolver) -> ScaleSamples:
 def _fields(tensors: list[TensorInfo]) -> tuple[list[str], list[str], list[int], list[int]]:
     """Each scale's dtype, shard, first byte (``TensorInfo.offsets[0]``) and size (``.nbytes``), in one
     visit per record: the 75,000-135,000 records were built by the header pass just before, spread
-    over memory, and a pass per field (a comprehension each) fetched each one four times
-    (benchmarks/lint.py: 33-48 -> 22-34 ms on 100k, 59-123 -> 47-67 ms on the export)."""
+    over memory, and a pass per field (a comprehension each) fetched each one four times (timed in
+    place, a fresh table per turn: 33-48 -> 22-34 ms on benchmarks/lint.py's checkpoint, 59-123 ->
+    47-67 ms on benchmarks/lint_export.py's)."""
     dtypes: list[str] = []
     files: list[str] = []
     begins: list[int] = []
