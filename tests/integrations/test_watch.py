@@ -32,7 +32,7 @@ from specguard.integrations.watch import (
     scrape,
 )
 from specguard.integrations.watch.metrics import ACCEPTED, ACCEPTED_PER_POS, DRAFT_TOKENS, DRAFTS, GENERATION_TOKENS
-from tests.integrations.watch_server import COLLAPSED, HEALTHY, MetricsServer, VllmMetrics, vllm_config
+from tests.integrations.watch_server import COLLAPSED, HEALTHY, POLL, MetricsServer, VllmMetrics, vllm_config
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 # what the `specguard` entry point runs (`python -m specguard.cli` would load the module twice)
@@ -543,7 +543,7 @@ def test_a_server_that_does_not_speak_http() -> None:
             self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
 
     with socketserver.TCPServer(("127.0.0.1", 0), Garbage) as srv:
-        threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True).start()  # quick shutdown()
+        threading.Thread(target=srv.serve_forever, args=(POLL,), daemon=True).start()  # quick shutdown()
         try:
             with pytest.raises(NotPrometheus, match="did not answer in HTTP"):
                 scrape(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout=5)

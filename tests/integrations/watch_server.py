@@ -20,6 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import prometheus_client as pc
 
 SPEC = {"method": "mtp", "num_speculative_tokens": 3}
+POLL = 0.01  # seconds between serve_forever's checks for shutdown() (its default: 0.5)
 
 
 def vllm_config(model: str, served_name: str | None = None, speculative: dict | None = SPEC) -> Any:
@@ -86,8 +87,8 @@ class MetricsServer:
     def __init__(self, port: int = 0) -> None:
         self.answer: Callable[[], tuple[str, str, bytes]] = lambda: ("200 OK", pc.CONTENT_TYPE_LATEST, b"")
         self._server: WSGIServer = make_server("127.0.0.1", port, self._app, handler_class=_Quiet)
-        # close() waits for serve_forever's next poll (default 0.5 s, per server): 0.01 s here
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True)
+        # close() waits for serve_forever's next poll (default 0.5 s, per server)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(POLL,), daemon=True)
         self._thread.start()
 
     def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
