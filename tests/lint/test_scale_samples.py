@@ -36,16 +36,16 @@ def test_every_sample_is_the_stored_bytes_at_the_head_or_the_tail(samples):
     for col in samples.columns:
         ends = np.cumsum(col.counts)
         for i, tensor in enumerate(col.idx.tolist()):
-            t = samples.tensors[tensor]
+            name = samples.names_of([tensor])[0]
             got = col.values[ends[i] - col.counts[i]:ends[i]].astype(np.float32)
             if col.table is None:  # a wider dtype: per-tensor F32 scales here, read whole
-                assert samples.per_tensor[tensor] and got.tobytes() == _stored(t.name), t.name
+                assert samples.per_tensor[tensor] and got.tobytes() == _stored(name), name
                 continue
-            stored = np.frombuffer(_stored(t.name), dtype=np.uint8)
+            stored = np.frombuffer(_stored(name), dtype=np.uint8)
             n = BLOCK_SAMPLE // stored.itemsize
             head, tail = col.table[stored[:n]], col.table[stored[-n:]]
             where = "head" if got.tobytes() == head.tobytes() else "tail"
-            assert got.tobytes() == (head if where == "head" else tail).tobytes(), t.name
+            assert got.tobytes() == (head if where == "head" else tail).tobytes(), name
             seen[where] += 1
     assert seen["head"] and seen["tail"], seen  # adjacent block scales: taken in pairs, tail then head
 
@@ -116,3 +116,27 @@ def test_sibling_outliers_at_float32s_edge_without_warnings(tmp_path):
     outliers = [f for f in findings if "differ from their sibling weight_scale_2s" in f.message]
     assert [len(f.modules) for f in outliers] == [1]
     assert outliers[0].modules[0].endswith(names[0])
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURE.parent.iterdir() if p.is_dir()))
+def test_each_modules_plan_is_what_its_records_say(fixture):
+    """The sampler takes each scale's dtype and size from its module's plan (one per signature,
+    formats/table.py ``ScalePlan``): on every producer's real export, each module's plan names
+    exactly its scale tensors numpy reads, with each one's dtype and byte span as stored."""
+    from specguard.checkpoint import open_checkpoint
+    from specguard.checkpoint.dtypes import WHOLE_BYTES
+    from specguard.formats import classify
+    from specguard.formats.modules import SCALE_PARAMS
+
+    table = classify(open_checkpoint(FIXTURE.parent / fixture))
+    planned = 0
+    for m in table:
+        scales = {p: t for p, t in m.params.items() if p in SCALE_PARAMS and t.dtype in WHOLE_BYTES}
+        if m.scales is None:
+            assert not scales, m.name
+            continue
+        planned += 1
+        assert list(m.scales.params) == list(scales), m.name
+        assert list(m.scales.dtypes) == [t.dtype for t in scales.values()], m.name
+        assert list(m.scales.nbytes) == [t.nbytes for t in scales.values()], m.name
+    assert planned or fixture.startswith(("bnb_", "quanto_", "torchao_")), fixture

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import msgspec
 
-from specguard.checkpoint.dtypes import WHOLE_BYTES
+from specguard.checkpoint.dtypes import BITS, WHOLE_BYTES
 from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, gc_paused
 from specguard.formats.classify import Classified, classify_params
 from specguard.formats.modules import SCALE_PARAMS, group_params
 from specguard.formats.scheme import Scheme
+
+
+class ScalePlan(msgspec.Struct, frozen=True, gc=False):
+    """The scale tensors numpy reads in the modules of one signature (lint/content.py samples
+    them): each one's parameter suffix, dtype and size in bytes, from the signature's shapes
+    (a validated header's entry spans exactly that). One object for all modules of a
+    signature: the sampler works out what depends on it once per signature, not per tensor."""
+
+    params: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    nbytes: tuple[int, ...]
 
 
 class Module(msgspec.Struct, frozen=True, gc=False):
@@ -26,7 +38,7 @@ class Module(msgspec.Struct, frozen=True, gc=False):
     params: Mapping[str, TensorInfo]
     scheme: Scheme
     missing: tuple[str, ...] = ()  # tensors the stored scheme needs but the disk lacks
-    scales: tuple[str, ...] = ()  # suffixes of its scale tensors numpy can read (lint/content.py samples them)
+    scales: ScalePlan | None = None  # its scale tensors numpy can read (lint/content.py samples them)
 
     @property
     def nbytes(self) -> int:
@@ -65,11 +77,12 @@ def classify(checkpoint: Checkpoint) -> ModuleTable:
 
 def _classify(checkpoint: Checkpoint) -> ModuleTable:
     modules: dict[str, Module] = {}
-    seen: dict[tuple, tuple[Classified, tuple[str, ...]]] = {}
+    seen: dict[tuple, tuple[Classified, ScalePlan | None]] = {}
     for name, params in group_params(checkpoint.tensors.values()).items():
         # Classification reads only suffixes, dtypes and shapes: the 256 experts of
         # a layer share one answer, so classify each distinct signature once (and
-        # pick its scale tensors once: the lint's sampler then visits no other).
+        # plan its scale tensors once: the lint's sampler reads no other, and what it needs of each
+        # scale besides where it lies comes from the plan).
         key = tuple([(p, t.dtype, t.shape) for p, t in params.items()])
         known = seen.get(key)
         if known is None:
@@ -79,6 +92,11 @@ def _classify(checkpoint: Checkpoint) -> ModuleTable:
     return ModuleTable(checkpoint, modules)
 
 
-def _scales(signature: tuple) -> tuple[str, ...]:
+def _scales(signature: tuple) -> ScalePlan | None:
     """The scale tensors of a module with this signature that numpy reads (not sub-byte)."""
-    return tuple(p for p, dtype, _ in signature if p in SCALE_PARAMS and dtype in WHOLE_BYTES)
+    picked = [(p, dtype, math.prod(shape) * BITS[dtype] // 8) for p, dtype, shape in signature
+              if p in SCALE_PARAMS and dtype in WHOLE_BYTES]
+    if not picked:
+        return None
+    params, dtypes, nbytes = zip(*picked, strict=True)
+    return ScalePlan(params, dtypes, nbytes)

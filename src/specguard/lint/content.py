@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
-from operator import itemgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from specguard.checkpoint.checkpoint import in_file_order
 from specguard.checkpoint.dtypes import NUMPY
-from specguard.checkpoint.header import TensorInfo
+from specguard.formats.table import Module
 from specguard.resolve import Resolver
 
 PER_TENSOR_MAX = 64  # elements: per-tensor / per-expert scales are read whole
@@ -77,8 +77,9 @@ class ScaleColumn:
 
 @dataclass(frozen=True)
 class ScaleSamples:
-    tensors: list[TensorInfo]  # per index (its name: ``names_of``, only for the few a finding names)
-    owners: list[str]  # the modules holding a sampled scale, each once, in table order
+    modules: list[Module]  # the modules holding a sampled scale, each once, in table order
+    first: np.ndarray  # int per module: the index of its first scale (its others follow, in its plan's order)
+    owners: list[str]  # their names
     owner_of: np.ndarray  # int per index: its module's place in ``owners``
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
     param_names: list[str]  # the distinct parameter suffixes, in order of first appearance
@@ -86,8 +87,17 @@ class ScaleSamples:
     per_tensor: np.ndarray  # bool per index: read whole
     columns: list[ScaleColumn]
 
+    def __len__(self) -> int:
+        return len(self.per_tensor)
+
     def names_of(self, idx) -> list[str]:
-        return [self.tensors[i].name for i in idx]
+        """The tensor name of each index in ``idx`` (asked only for the few a finding names)."""
+        names = []
+        for i, k in zip(idx, self.owner_of[idx].tolist(), strict=True):
+            m = self.modules[k]
+            assert m.scales is not None  # (every sampled module has a plan)
+            names.append(m.params[m.scales.params[i - int(self.first[k])]].name)
+        return names
 
     def modules_of(self, idx: np.ndarray) -> list[str]:
         """The module of each index in ``idx``."""
@@ -100,26 +110,43 @@ class ScaleSamples:
     def param_in(self, names: Collection[str]) -> np.ndarray:
         """Bool per index: its parameter suffix is one of ``names`` (decided once per distinct suffix)."""
         return np.array([p in names for p in self.param_names], dtype=bool)[self.param_of] if self.param_names \
-            else np.zeros(len(self.tensors), dtype=bool)
+            else np.zeros(len(self), dtype=bool)
+
+
+_SCALES, _NAME = attrgetter("scales"), attrgetter("name")
 
 
 def read_scales(r: Resolver) -> ScaleSamples:
-    """Every scale tensor's bytes: whole for per-tensor scales, ``BLOCK_SAMPLE`` bytes of each block scale."""
-    # the modules with a scale (classify picked each signature's, formats/table.py): a C-level pass each
-    mods = [m for m in r.table if m.scales]
-    owners = [m.name for m in mods]  # each module with a scale, once
-    per_owner = [len(m.scales) for m in mods]  # its scales
-    params = [p for m in mods for p in m.scales]
-    tensors: list[TensorInfo] = [m.params[p] for m in mods for p in m.scales]
-    if r.checkpoint.root is None or not tensors:
+    """Every scale tensor's bytes: whole for per-tensor scales, ``BLOCK_SAMPLE`` bytes of each block scale.
+
+    The scales are numbered module by module in table order, each module's in its plan's order
+    (formats/table.py ``ScalePlan``: picked once per signature when classify ran). What a plan
+    fixes (dtype, size, suffix) is worked out per plan and spread to its scales by numpy; only
+    where each scale lies is read from its header record, one visit each."""
+    mods = [m for m in r.table if m.scales is not None]
+    if r.checkpoint.root is None or not mods:
         empty = np.zeros(0, np.int64)
-        return ScaleSamples([], [], empty, empty, [], empty, np.zeros(0, bool), [])
-    n = len(tensors)
-    dtypes, files, begins, sizes = _fields(tensors)
+        return ScaleSamples([], empty, [], empty, empty, [], empty, np.zeros(0, bool), [])
+    plans = list(map(_SCALES, mods))
+    distinct = list({id(p): p for p in plans}.values())  # in order of first appearance
+    number = {id(p): g for g, p in enumerate(distinct)}
+    group = np.fromiter(map(number.__getitem__, map(id, plans)), np.int64, len(mods))
+    width = np.array([len(p.params) for p in distinct], dtype=np.int64)  # scales per module, per plan
+    per_owner = width[group]
+    first = np.cumsum(per_owner) - per_owner
+    n = int(per_owner.sum())
+    # each scale's slot among the plans' scales laid end to end: what its plan says of it, by one lookup
+    slot = np.arange(n, dtype=np.int64) + np.repeat((np.cumsum(width) - width)[group] - first, per_owner)
+    dtypes = list(chain.from_iterable(p.dtypes for p in distinct))
     kinds = {d: i for i, d in enumerate(dict.fromkeys(dtypes))}  # in order of first appearance
-    kind = np.fromiter(map(kinds.__getitem__, dtypes), np.int64, n)
-    itemsize = np.array([NUMPY[d].itemsize for d in kinds], dtype=np.int64)[kind]
-    begin, size = np.array(begins, dtype=np.int64), np.array(sizes, dtype=np.int64)
+    kind = np.array([kinds[d] for d in dtypes], dtype=np.int64)[slot]
+    itemsize = np.array([NUMPY[d].itemsize for d in dtypes], dtype=np.int64)[slot]
+    size = np.array(list(chain.from_iterable(p.nbytes for p in distinct)), dtype=np.int64)[slot]
+    suffixes = list(chain.from_iterable(p.params for p in distinct))
+    param_ids = {p: i for i, p in enumerate(dict.fromkeys(suffixes))}
+    param_of = np.array([param_ids[p] for p in suffixes], dtype=np.int64)[slot]
+    begins, files = _where(mods)
+    begin = np.array(begins, dtype=np.int64)
     per_tensor = size <= PER_TENSOR_MAX * itemsize
     want = np.where(per_tensor, size, np.minimum(size, BLOCK_SAMPLE))
     want -= want % itemsize
@@ -129,34 +156,29 @@ def read_scales(r: Resolver) -> ScaleSamples:
     buf, pos = r.checkpoint.read_ranges(names, shard, begin, want)
     columns = [_column(d, np.flatnonzero(kind == i), buf, pos, want // itemsize) for d, i in kinds.items()]
     # siblings: one number per (module less any expert index, parameter), from two int maps
+    owners = list(map(_NAME, mods))
     layers = list(map(itemgetter(0), map(str.partition, owners, repeat(".experts."))))  # once per module
     layer_ids = {x: i for i, x in enumerate(dict.fromkeys(layers))}
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
-    param_ids = {p: i for i, p in enumerate(dict.fromkeys(params))}
-    param_of = np.fromiter(map(param_ids.__getitem__, params), np.int64, n)
     owner_at = np.repeat(np.arange(len(owners), dtype=np.int64), per_owner)
     siblings = layer_of[owner_at] * len(param_ids) + param_of
-    return ScaleSamples(tensors, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
+    return ScaleSamples(mods, first, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
 
 
-def _fields(tensors: list[TensorInfo]) -> tuple[list[str], list[str], list[int], list[int]]:
-    """Each scale's dtype, shard, first byte (``TensorInfo.offsets[0]``) and size (``.nbytes``), in one
-    visit per record: the 75,000-135,000 records were built by the header pass just before, spread
-    over memory, and a pass per field (a comprehension each) fetched each one four times (timed in
-    place, a fresh table per turn: 33-48 -> 22-34 ms on benchmarks/lint.py's checkpoint, 59-123 ->
-    47-67 ms on benchmarks/lint_export.py's)."""
-    dtypes: list[str] = []
-    files: list[str] = []
+def _where(mods: list[Module]) -> tuple[list[int], list[str]]:
+    """Each scale's first byte in its shard (``TensorInfo.offsets[0]``) and its shard, in one visit
+    per header record: the 75,000-135,000 records lie spread over memory after the header pass,
+    and a pass per field fetched each one again."""
     begins: list[int] = []
-    sizes: list[int] = []
-    add_dtype, add_file, add_begin, add_size = dtypes.append, files.append, begins.append, sizes.append
-    for t in tensors:
-        add_dtype(t.dtype)
-        add_file(t.file)
-        first, end = t.data_offsets
-        add_begin(t.data_start + first)
-        add_size(end - first)
-    return dtypes, files, begins, sizes
+    files: list[str] = []
+    add_begin, add_file = begins.append, files.append
+    for m in mods:
+        params = m.params
+        for p in m.scales.params:  # type: ignore[union-attr]  # (read_scales keeps modules with a plan)
+            t = params[p]
+            add_begin(t.data_start + t.data_offsets[0])
+            add_file(t.file)
+    return begins, files
 
 
 def _tail_offset(shard: np.ndarray, begin: np.ndarray, size: np.ndarray, want: np.ndarray,

@@ -49,8 +49,8 @@ def _global_scales(ctx: LintContext, r) -> Iterator[Finding]:
         return
     samples = ctx.scales(r)
     # each per-tensor global scale's first element, gathered column by column (no loop over every scale)
-    first = np.zeros(len(samples.tensors), dtype=np.float64)
-    read = np.zeros(len(samples.tensors), dtype=bool)  # a float scale with an element read
+    first = np.zeros(len(samples), dtype=np.float64)
+    read = np.zeros(len(samples), dtype=bool)  # a float scale with an element read
     for col in samples.columns:
         if col.dtype in ("F32", "BF16", "F16"):
             first[col.owners] = col.values[col.starts]
