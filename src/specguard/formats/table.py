@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from specguard.checkpoint.dtypes import BITS, WHOLE_BYTES
+from specguard.checkpoint.dtypes import WHOLE_BYTES, nbytes
 from specguard.checkpoint.header import TensorInfo
 from specguard.checkpoint.source import Checkpoint, gc_paused
 from specguard.formats.classify import Classified, classify_params
@@ -94,9 +94,9 @@ def _classify(checkpoint: Checkpoint) -> ModuleTable:
 
 def _scales(signature: tuple) -> ScalePlan | None:
     """The scale tensors of a module with this signature that numpy reads (not sub-byte)."""
-    picked = [(p, dtype, math.prod(shape) * BITS[dtype] // 8) for p, dtype, shape in signature
+    picked = [(p, dtype, nbytes(dtype, math.prod(shape))) for p, dtype, shape in signature
               if p in SCALE_PARAMS and dtype in WHOLE_BYTES]
     if not picked:
         return None
-    params, dtypes, nbytes = zip(*picked, strict=True)
-    return ScalePlan(params, dtypes, nbytes)
+    params, dtypes, sizes = zip(*picked, strict=True)
+    return ScalePlan(params, dtypes, sizes)

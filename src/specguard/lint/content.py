@@ -78,9 +78,8 @@ class ScaleColumn:
 @dataclass(frozen=True)
 class ScaleSamples:
     modules: list[Module]  # the modules holding a sampled scale, each once, in table order
-    first: np.ndarray  # int per module: the index of its first scale (its others follow, in its plan's order)
-    owners: list[str]  # their names
-    owner_of: np.ndarray  # int per index: its module's place in ``owners``
+    owner_of: np.ndarray  # int per index, ascending: its module's place in ``modules`` (a module's scales
+    # follow one another in its plan's order)
     siblings: np.ndarray  # int per index: same (module less any expert index, parameter), same number
     param_names: list[str]  # the distinct parameter suffixes, in order of first appearance
     param_of: np.ndarray  # int per index: its parameter suffix's place in ``param_names``
@@ -92,16 +91,18 @@ class ScaleSamples:
 
     def names_of(self, idx) -> list[str]:
         """The tensor name of each index in ``idx`` (asked only for the few a finding names)."""
+        owner = self.owner_of[idx]
+        first = np.searchsorted(self.owner_of, owner)  # each one's module's first index
         names = []
-        for i, k in zip(idx, self.owner_of[idx].tolist(), strict=True):
+        for i, k, at in zip(idx, owner.tolist(), first.tolist(), strict=True):
             m = self.modules[k]
             assert m.scales is not None  # (every sampled module has a plan)
-            names.append(m.params[m.scales.params[i - int(self.first[k])]].name)
+            names.append(m.params[m.scales.params[i - at]].name)
         return names
 
     def modules_of(self, idx: np.ndarray) -> list[str]:
         """The module of each index in ``idx``."""
-        return list(map(self.owners.__getitem__, self.owner_of[idx].tolist()))
+        return list(map(_NAME, map(self.modules.__getitem__, self.owner_of[idx].tolist())))
 
     def params_of(self, idx: np.ndarray) -> list[str]:
         """The parameter suffix of each index in ``idx``."""
@@ -126,7 +127,7 @@ def read_scales(r: Resolver) -> ScaleSamples:
     mods = [m for m in r.table if m.scales is not None]
     if r.checkpoint.root is None or not mods:
         empty = np.zeros(0, np.int64)
-        return ScaleSamples([], empty, [], empty, empty, [], empty, np.zeros(0, bool), [])
+        return ScaleSamples([], empty, empty, [], empty, np.zeros(0, bool), [])
     plans = list(map(_SCALES, mods))
     distinct = list({id(p): p for p in plans}.values())  # in order of first appearance
     number = {id(p): g for g, p in enumerate(distinct)}
@@ -162,7 +163,7 @@ def read_scales(r: Resolver) -> ScaleSamples:
     layer_of = np.fromiter(map(layer_ids.__getitem__, layers), np.int64, len(owners))
     owner_at = np.repeat(np.arange(len(owners), dtype=np.int64), per_owner)
     siblings = layer_of[owner_at] * len(param_ids) + param_of
-    return ScaleSamples(mods, first, owners, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
+    return ScaleSamples(mods, owner_at, siblings, list(param_ids), param_of, per_tensor, columns)
 
 
 def _where(mods: list[Module]) -> tuple[list[int], list[str]]:
