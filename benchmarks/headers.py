@@ -41,7 +41,10 @@ def floor(root: Path) -> int:
 
 def floor_with_index(root: Path) -> int:
     was = gc.isenabled()
-    gc.disable()  # as the header pass pauses it (checkpoint/source.py gc_paused): its results are all kept
+    # as the header pass pauses it (checkpoint/source.py gc_paused): its results are all kept. By hand, not
+    # through gc_paused: through it this floor timed 30-80 ms slower in a one-off A/B (cause not found;
+    # the pass itself times the same either way), and the twelfth session's figures were taken this way
+    gc.disable()
     try:
         kept = []
         for p in sorted(root.glob("*.safetensors")):
